@@ -1,0 +1,239 @@
+// Case ids: parsing, canonical formatting, validation against the op schemas.
+#include "cases/case.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace deltacheck::cases {
+namespace {
+
+std::string trim(const std::string& s) {
+  size_t a = 0, b = s.size();
+  while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
+  while (b > a && std::isspace(static_cast<unsigned char>(s[b - 1]))) --b;
+  return s.substr(a, b - a);
+}
+
+bool parse_int(const std::string& s, int64_t& out) {
+  if (s.empty() || s.size() > 19) return false;
+  size_t i = s[0] == '-' ? 1 : 0;
+  if (i == s.size()) return false;
+  int64_t v = 0;
+  for (; i < s.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(s[i]))) return false;
+    v = v * 10 + (s[i] - '0');
+  }
+  out = s[0] == '-' ? -v : v;
+  return true;
+}
+
+// Splits "a=1,b=packed[1,2],c=3" at top-level commas.
+std::vector<std::string> split_top(const std::string& s, const std::string& whole) {
+  std::vector<std::string> parts;
+  int depth = 0;
+  std::string cur;
+  for (char ch : s) {
+    if (ch == '[') ++depth;
+    if (ch == ']' && --depth < 0) throw CaseIdError("case id '" + whole + "': unbalanced ']'");
+    if (ch == ',' && depth == 0) {
+      parts.push_back(trim(cur));
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  if (depth != 0) throw CaseIdError("case id '" + whole + "': unbalanced '['");
+  if (!trim(cur).empty() || !parts.empty()) parts.push_back(trim(cur));
+  return parts;
+}
+
+std::string canonical_value(const ParamSpec& spec, const std::string& raw, const std::string& op) {
+  const std::string where = "parameter '" + spec.key + "' of " + op;
+  switch (spec.kind) {
+    case ParamSpec::Kind::kInt: {
+      int64_t v = 0;
+      if (!parse_int(raw, v)) throw CaseIdError(where + ": '" + raw + "' is not an integer");
+      if (v < spec.min || v > spec.max)
+        throw CaseIdError(where + ": " + raw + " is outside [" + std::to_string(spec.min) + ", " +
+                          std::to_string(spec.max) + "]");
+      return std::to_string(v);
+    }
+    case ParamSpec::Kind::kChoice: {
+      if (std::find(spec.choices.begin(), spec.choices.end(), raw) == spec.choices.end()) {
+        std::string list;
+        for (const auto& c : spec.choices) list += (list.empty() ? "" : "|") + c;
+        throw CaseIdError(where + ": '" + raw + "' is not one of " + list);
+      }
+      return raw;
+    }
+    case ParamSpec::Kind::kLayout:
+      return Layout::parse(raw).str();
+    case ParamSpec::Kind::kText:
+      if (raw.find_first_of("(),=") != std::string::npos)
+        throw CaseIdError(where + ": '" + raw + "' may not contain ( ) , =");
+      return raw;
+  }
+  return raw;
+}
+
+}  // namespace
+
+const OpSchema& find_schema(const std::string& op) {
+  for (const OpSchema& s : op_schemas())
+    if (s.op == op) return s;
+  std::string known;
+  for (const OpSchema& s : op_schemas()) known += (known.empty() ? "" : ", ") + s.op;
+  throw CaseIdError("unknown operation '" + op + "' (known: " + known + ")");
+}
+
+Case::Case(std::string op, const std::vector<std::pair<std::string, std::string>>& params)
+    : op_(std::move(op)) {
+  const OpSchema& schema = find_schema(op_);
+  for (const auto& [key, value] : params) {
+    const bool known = std::any_of(schema.params.begin(), schema.params.end(),
+                                   [&](const ParamSpec& p) { return p.key == key; });
+    if (!known) throw CaseIdError("unknown parameter '" + key + "' for " + op_);
+    int seen = 0;
+    for (const auto& kv : params) seen += kv.first == key;
+    if (seen > 1) throw CaseIdError("parameter '" + key + "' given twice for " + op_);
+  }
+  id_ = op_ + "(";
+  for (const ParamSpec& spec : schema.params) {
+    std::string raw = spec.default_value;
+    for (const auto& [key, value] : params)
+      if (key == spec.key) raw = value;
+    params_.emplace_back(spec.key, canonical_value(spec, trim(raw), op_));
+    id_ += (params_.size() > 1 ? "," : "") + spec.key + "=" + params_.back().second;
+  }
+  id_ += ")";
+  if (schema.check) schema.check(*this);
+}
+
+Case Case::parse(const std::string& text) {
+  const std::string id = trim(text);
+  const size_t open = id.find('(');
+  if (open == std::string::npos || id.back() != ')')
+    throw CaseIdError("case id '" + id + "': expected op(key=value,...)");
+  const std::string op = trim(id.substr(0, open));
+  std::vector<std::pair<std::string, std::string>> params;
+  for (const std::string& part : split_top(id.substr(open + 1, id.size() - open - 2), id)) {
+    const size_t eq = part.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw CaseIdError("case id '" + id + "': '" + part + "' is not key=value");
+    params.emplace_back(trim(part.substr(0, eq)), trim(part.substr(eq + 1)));
+  }
+  try {
+    return Case(op, params);
+  } catch (const CaseIdError& e) {
+    throw CaseIdError("case id '" + id + "': " + e.what());
+  }
+}
+
+const std::string& Case::get(const std::string& key) const {
+  for (const auto& kv : params_)
+    if (kv.first == key) return kv.second;
+  throw CaseIdError("case " + id_ + " has no parameter '" + key + "'");
+}
+
+int64_t Case::get_int(const std::string& key) const {
+  int64_t v = 0;
+  if (!parse_int(get(key), v)) throw CaseIdError("parameter '" + key + "' is not an integer");
+  return v;
+}
+
+Case Case::with(const std::string& key, const std::string& value) const {
+  auto p = params_;
+  bool found = false;
+  for (auto& kv : p)
+    if (kv.first == key) kv.second = value, found = true;
+  if (!found) p.emplace_back(key, value);
+  return Case(op_, p);
+}
+
+int64_t Layout::row_length() const {
+  if (kind == Kind::kBatch) return lengths.empty() ? 0 : lengths[0];
+  return total_tokens();
+}
+
+int64_t Layout::total_tokens() const {
+  int64_t t = 0;
+  for (int64_t l : lengths) t += l;
+  return t;
+}
+
+std::vector<int64_t> Layout::cu_seqlens() const {
+  std::vector<int64_t> cu{0};
+  for (int64_t l : lengths) cu.push_back(cu.back() + l);
+  return cu;
+}
+
+std::string Layout::str() const {
+  switch (kind) {
+    case Kind::kSingle:
+      return "single[" + std::to_string(lengths.at(0)) + "]";
+    case Kind::kBatch:
+      return "batch[" + std::to_string(lengths.size()) + "x" + std::to_string(lengths.at(0)) + "]";
+    case Kind::kPacked: {
+      std::string s = "packed[";
+      for (size_t i = 0; i < lengths.size();) {
+        size_t j = i;
+        while (j < lengths.size() && lengths[j] == lengths[i]) ++j;
+        const size_t run = j - i;
+        if (i) s += ",";
+        if (run >= 3) {
+          s += std::to_string(lengths[i]) + "*" + std::to_string(run);
+          i = j;
+        } else {
+          s += std::to_string(lengths[i]);
+          ++i;
+        }
+      }
+      return s + "]";
+    }
+  }
+  return "";
+}
+
+Layout Layout::parse(const std::string& text) {
+  const std::string s = trim(text);
+  const size_t open = s.find('[');
+  const std::string where = "layout '" + s + "'";
+  if (open == std::string::npos || s.back() != ']')
+    throw CaseIdError(where + ": expected single[T], batch[BxT] or packed[l0,l1,...]");
+  const std::string kind = s.substr(0, open), body = s.substr(open + 1, s.size() - open - 2);
+  constexpr int64_t kMaxTokens = int64_t{1} << 31;
+  Layout L;
+  int64_t v = 0;
+  if (kind == "single") {
+    L.kind = Kind::kSingle;
+    if (!parse_int(body, v) || v < 0 || v >= kMaxTokens)
+      throw CaseIdError(where + ": length must be an integer in [0, 2^31)");
+    L.lengths = {v};
+  } else if (kind == "batch") {
+    L.kind = Kind::kBatch;
+    const size_t x = body.find('x');
+    int64_t b = 0;
+    if (x == std::string::npos || !parse_int(body.substr(0, x), b) ||
+        !parse_int(body.substr(x + 1), v) || b < 1 || b > 65536 || v < 0 || b * v >= kMaxTokens)
+      throw CaseIdError(where + ": expected batch[BxT] with B >= 1, T >= 0");
+    L.lengths.assign(static_cast<size_t>(b), v);
+  } else if (kind == "packed") {
+    L.kind = Kind::kPacked;
+    for (const std::string& part : split_top(body, s)) {
+      const size_t star = part.find('*');
+      int64_t reps = 1;
+      if (!parse_int(part.substr(0, star), v) || v < 0 ||
+          (star != std::string::npos && (!parse_int(part.substr(star + 1), reps) || reps < 1)))
+        throw CaseIdError(where + ": '" + part + "' is not a length or L*N");
+      if (L.lengths.size() + reps > 1000000) throw CaseIdError(where + ": too many sequences");
+      L.lengths.insert(L.lengths.end(), static_cast<size_t>(reps), v);
+      if (L.total_tokens() >= kMaxTokens) throw CaseIdError(where + ": more than 2^31 tokens");
+    }
+    if (L.lengths.empty()) throw CaseIdError(where + ": no sequences");
+  } else {
+    throw CaseIdError(where + ": unknown layout kind '" + kind + "'");
+  }
+  return L;
+}
+
+}  // namespace deltacheck::cases

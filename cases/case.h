@@ -1,0 +1,90 @@
+// The case model: a case is an operation name plus named parameters, with one canonical printable
+// id such as
+//   gdr(layout=packed[63,0,65],H=2,HV=4,K=64,V=64,dtype=bf16,gate=strong,beta=rand,keys=norm,
+//       l2=1,state=rand,cache=prefill,seed=7)
+// The id is the filter key, the test name, the report row and the rerun argument: parse(format(c))
+// == c, and every parameter the op knows is present in the canonical form, in schema order.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace deltacheck::cases {
+
+class CaseIdError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// One parameter of an operation: its key, default, and either a fixed set of choices or a kind.
+struct ParamSpec {
+  enum class Kind { kInt, kChoice, kLayout, kText };
+  std::string key;
+  Kind kind;
+  std::string default_value;
+  std::vector<std::string> choices;  // for kChoice
+  int64_t min = 0, max = 0;          // for kInt (inclusive)
+  std::string help;
+};
+
+class Case;
+
+struct OpSchema {
+  std::string op;
+  std::string help;
+  std::vector<ParamSpec> params;
+  // Rules that span parameters (e.g. HV % H == 0); throws CaseIdError. May be null.
+  void (*check)(const Case&) = nullptr;
+};
+
+// All operations a case id may name.
+const std::vector<OpSchema>& op_schemas();
+const OpSchema& find_schema(const std::string& op);  // throws CaseIdError
+
+class Case {
+ public:
+  // Builds a case from an op and parameters; missing parameters take defaults, then validated.
+  Case(std::string op, const std::vector<std::pair<std::string, std::string>>& params);
+  static Case parse(const std::string& id);  // throws CaseIdError naming the problem
+
+  const std::string& op() const { return op_; }
+  const std::string& id() const { return id_; }
+  const std::string& get(const std::string& key) const;
+  int64_t get_int(const std::string& key) const;
+  bool get_bool(const std::string& key) const { return get_int(key) != 0; }
+  uint64_t seed() const { return static_cast<uint64_t>(get_int("seed")); }
+  // A copy with one parameter changed (re-validated, new id).
+  Case with(const std::string& key, const std::string& value) const;
+  const std::vector<std::pair<std::string, std::string>>& params() const { return params_; }
+
+  bool operator==(const Case& o) const { return id_ == o.id_; }
+
+ private:
+  std::string op_;
+  std::vector<std::pair<std::string, std::string>> params_;  // schema order, canonical values
+  std::string id_;
+};
+
+// Packing layout of the token dimension.
+//   single[T]          one sequence, B = 1, no cu_seqlens
+//   batch[BxT]         B sequences of equal length T, no cu_seqlens
+//   packed[l0,l1,...]  B = 1, sequences of the given lengths packed with cu_seqlens;
+//                      "L*N" repeats length L N times, e.g. packed[3*50,700]
+struct Layout {
+  enum class Kind { kSingle, kBatch, kPacked };
+  Kind kind = Kind::kSingle;
+  std::vector<int64_t> lengths;  // one entry per sequence
+  int64_t batch() const { return kind == Kind::kBatch ? static_cast<int64_t>(lengths.size()) : 1; }
+  int64_t row_length() const;  // T of the [B, T, ...] tensors
+  int64_t num_seqs() const { return static_cast<int64_t>(lengths.size()); }
+  int64_t total_tokens() const;
+  bool has_cu_seqlens() const { return kind == Kind::kPacked; }
+  std::vector<int64_t> cu_seqlens() const;    // token offsets of each sequence in the flat order
+  std::string str() const;                    // canonical form
+  static Layout parse(const std::string& s);  // throws CaseIdError
+};
+
+}  // namespace deltacheck::cases

@@ -1,0 +1,250 @@
+// Host tensors: dtype helpers, element access, guard bands and poison.
+#include "cases/tensor.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace deltacheck::cases {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return "fp32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "fp16";
+    case DType::kF64:
+      return "fp64";
+    case DType::kI32:
+      return "int32";
+    case DType::kI64:
+      return "int64";
+    case DType::kU8:
+      return "uint8";
+  }
+  return "?";
+}
+
+int dtype_size(DType t) {
+  switch (t) {
+    case DType::kF32:
+    case DType::kI32:
+      return 4;
+    case DType::kBF16:
+    case DType::kF16:
+      return 2;
+    case DType::kF64:
+    case DType::kI64:
+      return 8;
+    case DType::kU8:
+      return 1;
+  }
+  return 1;
+}
+
+bool is_floating(DType t) {
+  return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16 || t == DType::kF64;
+}
+
+DType dtype_from_scalar(ScalarType t) {
+  switch (t) {
+    case ScalarType::kFloat32:
+      return DType::kF32;
+    case ScalarType::kBFloat16:
+      return DType::kBF16;
+    case ScalarType::kFloat16:
+      return DType::kF16;
+  }
+  return DType::kF32;
+}
+
+ScalarType scalar_from_dtype(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return ScalarType::kFloat32;
+    case DType::kBF16:
+      return ScalarType::kBFloat16;
+    case DType::kF16:
+      return ScalarType::kFloat16;
+    default:
+      throw std::invalid_argument(std::string("not a kernel scalar type: ") + dtype_name(t));
+  }
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+Tensor::Tensor(std::string name, DType dtype, std::vector<int64_t> shape, size_t guard_bytes)
+    : name_(std::move(name)), dtype_(dtype), shape_(std::move(shape)), guard_(guard_bytes) {
+  numel_ = 1;
+  for (int64_t d : shape_) {
+    if (d < 0) throw std::invalid_argument("negative dimension in tensor '" + name_ + "'");
+    numel_ *= d;
+  }
+  // One spare byte keeps data() non-null for empty tensors (a zero-length sequence).
+  storage_.assign(nbytes() + 2 * guard_ + 1, 0);
+}
+
+double Tensor::get(int64_t i) const {
+  const void* p = data();
+  switch (dtype_) {
+    case DType::kF32:
+      return static_cast<const float*>(p)[i];
+    case DType::kBF16:
+      return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::kF16:
+      return fp16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::kF64:
+      return static_cast<const double*>(p)[i];
+    case DType::kI32:
+      return static_cast<const int32_t*>(p)[i];
+    case DType::kI64:
+      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DType::kU8:
+      return static_cast<const uint8_t*>(p)[i];
+  }
+  return 0.0;
+}
+
+void Tensor::set(int64_t i, double x) {
+  void* p = data();
+  switch (dtype_) {
+    case DType::kF32:
+      static_cast<float*>(p)[i] = static_cast<float>(x);
+      break;
+    case DType::kBF16:
+      static_cast<uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(x));
+      break;
+    case DType::kF16:
+      static_cast<uint16_t*>(p)[i] = float_to_fp16(static_cast<float>(x));
+      break;
+    case DType::kF64:
+      static_cast<double*>(p)[i] = x;
+      break;
+    case DType::kI32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(x);
+      break;
+    case DType::kI64:
+      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(x);
+      break;
+    case DType::kU8:
+      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(x);
+      break;
+  }
+}
+
+std::vector<double> Tensor::to_double() const {
+  std::vector<double> out(static_cast<size_t>(numel_));
+  for (int64_t i = 0; i < numel_; ++i) out[i] = get(i);
+  return out;
+}
+
+void Tensor::fill_guards(uint8_t pattern) {
+  std::memset(storage_.data(), pattern, guard_);
+  std::memset(storage_.data() + guard_ + nbytes(), pattern, guard_);
+}
+
+bool Tensor::guards_intact(uint8_t pattern) const {
+  for (size_t i = 0; i < guard_; ++i)
+    if (storage_[i] != pattern || storage_[guard_ + nbytes() + i] != pattern) return false;
+  return true;
+}
+
+namespace {
+// Poison patterns: quiet NaNs with a payload no arithmetic produces, so "still poison" means
+// "never written" while a computed NaN is a numeric failure.
+constexpr uint32_t kPoisonF32 = 0x7fc5a5a5u;
+constexpr uint16_t kPoisonBF16 = 0x7fa5u;
+constexpr uint16_t kPoisonF16 = 0x7ea5u;
+constexpr uint64_t kPoisonF64 = 0x7ff8a5a5a5a5a5a5ull;
+}  // namespace
+
+void Tensor::poison() {
+  uint8_t* p = static_cast<uint8_t*>(data());
+  for (int64_t i = 0; i < numel_; ++i) {
+    switch (dtype_) {
+      case DType::kF32:
+        std::memcpy(p + 4 * i, &kPoisonF32, 4);
+        break;
+      case DType::kBF16:
+        std::memcpy(p + 2 * i, &kPoisonBF16, 2);
+        break;
+      case DType::kF16:
+        std::memcpy(p + 2 * i, &kPoisonF16, 2);
+        break;
+      case DType::kF64:
+        std::memcpy(p + 8 * i, &kPoisonF64, 8);
+        break;
+      default:
+        std::memset(p + i * dtype_size(dtype_), 0xA5, dtype_size(dtype_));
+        break;
+    }
+  }
+}
+
+int64_t Tensor::count_poisoned(int64_t* first) const {
+  const uint8_t* p = static_cast<const uint8_t*>(data());
+  const int es = dtype_size(dtype_);
+  uint8_t pattern[8];
+  switch (dtype_) {
+    case DType::kF32:
+      std::memcpy(pattern, &kPoisonF32, 4);
+      break;
+    case DType::kBF16:
+      std::memcpy(pattern, &kPoisonBF16, 2);
+      break;
+    case DType::kF16:
+      std::memcpy(pattern, &kPoisonF16, 2);
+      break;
+    case DType::kF64:
+      std::memcpy(pattern, &kPoisonF64, 8);
+      break;
+    default:
+      std::memset(pattern, 0xA5, 8);
+      break;
+  }
+  int64_t n = 0;
+  if (first) *first = -1;
+  for (int64_t i = 0; i < numel_; ++i)
+    if (std::memcmp(p + i * es, pattern, es) == 0) {
+      if (n == 0 && first) *first = i;
+      ++n;
+    }
+  return n;
+}
+
+Tensor& TensorMap::add(Tensor t) {
+  if (has(t.name())) throw std::invalid_argument("duplicate tensor '" + t.name() + "'");
+  tensors_.push_back(std::move(t));
+  return tensors_.back();
+}
+
+const Tensor* TensorMap::find(const std::string& name) const {
+  for (const Tensor& t : tensors_)
+    if (t.name() == name) return &t;
+  return nullptr;
+}
+
+Tensor* TensorMap::find(const std::string& name) {
+  for (Tensor& t : tensors_)
+    if (t.name() == name) return &t;
+  return nullptr;
+}
+
+const Tensor& TensorMap::at(const std::string& name) const {
+  const Tensor* t = find(name);
+  if (!t) throw std::out_of_range("missing tensor '" + name + "'");
+  return *t;
+}
+
+Tensor& TensorMap::at(const std::string& name) {
+  Tensor* t = find(name);
+  if (!t) throw std::out_of_range("missing tensor '" + name + "'");
+  return *t;
+}
+
+}  // namespace deltacheck::cases

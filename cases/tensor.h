@@ -1,0 +1,90 @@
+// Host tensors that carry case inputs and backend outputs: a dtype, a shape and bytes. Outputs are
+// allocated with guard bands on both sides so the runner can see writes outside the tensor.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "kernels/common/half.h"
+
+namespace deltacheck::cases {
+
+enum class DType { kF32, kBF16, kF16, kF64, kI32, kI64, kU8 };
+
+const char* dtype_name(DType t);
+int dtype_size(DType t);
+bool is_floating(DType t);
+DType dtype_from_scalar(ScalarType t);
+ScalarType scalar_from_dtype(DType t);  // for kF32 / kBF16 / kF16
+
+std::string shape_string(const std::vector<int64_t>& shape);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(std::string name, DType dtype, std::vector<int64_t> shape, size_t guard_bytes = 0);
+
+  const std::string& name() const { return name_; }
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return static_cast<size_t>(numel_) * dtype_size(dtype_); }
+  size_t guard_bytes() const { return guard_; }
+
+  void* data() { return storage_.data() + guard_; }
+  const void* data() const { return storage_.data() + guard_; }
+  template <typename T>
+  T* as() {
+    return static_cast<T*>(data());
+  }
+  template <typename T>
+  const T* as() const {
+    return static_cast<const T*>(data());
+  }
+
+  // Element i as double (exact for every dtype here) / stored from double (rounded to dtype).
+  double get(int64_t i) const;
+  void set(int64_t i, double x);
+  std::vector<double> to_double() const;
+
+  // Guard bands and poison: fill guards with a byte pattern and the body with NaN (floating) or
+  // 0xA5 bytes (integers); guards_intact() tells whether anything wrote outside the body.
+  void fill_guards(uint8_t pattern);
+  bool guards_intact(uint8_t pattern) const;
+  void poison();
+  // Elements still holding the poison bit pattern (never written), and the first such index.
+  int64_t count_poisoned(int64_t* first = nullptr) const;
+
+  // Raw storage including guards, for comparisons of whole buffers.
+  const std::vector<uint8_t>& storage() const { return storage_; }
+
+ private:
+  std::string name_;
+  DType dtype_ = DType::kF32;
+  std::vector<int64_t> shape_;
+  int64_t numel_ = 0;
+  size_t guard_ = 0;
+  std::vector<uint8_t> storage_;
+};
+
+// An ordered set of named tensors.
+class TensorMap {
+ public:
+  Tensor& add(Tensor t);
+  bool has(const std::string& name) const { return find(name) != nullptr; }
+  const Tensor* find(const std::string& name) const;
+  Tensor* find(const std::string& name);
+  const Tensor& at(const std::string& name) const;  // throws std::out_of_range naming the tensor
+  Tensor& at(const std::string& name);
+  // References stay valid as tensors are added (a deque never moves its elements).
+  const std::deque<Tensor>& all() const { return tensors_; }
+  std::deque<Tensor>& all() { return tensors_; }
+
+ private:
+  std::deque<Tensor> tensors_;
+};
+
+}  // namespace deltacheck::cases

@@ -1,0 +1,49 @@
+// The backend interface: everything the runner needs from an implementation under test.
+// A backend says whether it can run a case before it runs it, and runs it on raw inputs into
+// outputs the runner allocated (poisoned, with guard bands); errors come back as a Status.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cases/case.h"
+#include "cases/tensor.h"
+#include "kernels/common/status.h"
+
+namespace deltacheck::harness {
+
+struct Support {
+  bool ok = true;
+  std::string reason;  // why not, when !ok (e.g. "no CUDA device")
+  static Support Yes() { return {}; }
+  static Support No(std::string why) { return {false, std::move(why)}; }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual std::string description() const = 0;
+  // True for the deliberately wrong implementations that prove the harness can fail.
+  virtual bool deliberately_wrong() const { return false; }
+  // Bit-identical results for identical inputs (the repeat and isolation probes rely on it).
+  virtual bool deterministic() const { return true; }
+  virtual Support supports(const cases::Case& c) const = 0;
+  // Writes every tensor of `outputs` (shapes and dtypes fixed by the operation).
+  virtual Status run(const cases::Case& c, const cases::TensorMap& inputs,
+                     cases::TensorMap& outputs) = 0;
+};
+
+struct BackendInfo {
+  std::string name;
+  std::string description;
+  bool deliberately_wrong;
+};
+
+// Every backend this build knows, in listing order.
+std::vector<BackendInfo> list_backends();
+// Creates a backend by name; throws std::invalid_argument naming the unknown backend.
+std::unique_ptr<Backend> make_backend(const std::string& name);
+
+}  // namespace deltacheck::harness

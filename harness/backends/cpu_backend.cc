@@ -1,0 +1,28 @@
+// Backend "cpu": the project's chunked CPU kernels.
+#include "harness/backends/backends.h"
+#include "harness/gdr_problem.h"
+#include "kernels/cpu/gated_delta_rule.h"
+
+namespace deltacheck::harness {
+namespace {
+
+class CpuBackend : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  std::string description() const override {
+    return "chunked CPU kernels (fp32 accumulation, chunk 64, threaded over sequence x head)";
+  }
+  Support supports(const cases::Case& c) const override {
+    if (c.op() == "gdr") return Support::Yes();
+    return Support::No("cpu backend has no kernel for op '" + c.op() + "'");
+  }
+  Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
+    return kernels::cpu::chunked_gated_delta_rule(gdr_params(c, in, out));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace deltacheck::harness

@@ -1,0 +1,34 @@
+// The backend registry: names -> factories, in listing order.
+#include <stdexcept>
+
+#include "harness/backends/backends.h"
+
+namespace deltacheck::harness {
+namespace {
+
+std::vector<std::unique_ptr<Backend>> all_backends() {
+  std::vector<std::unique_ptr<Backend>> v;
+  v.push_back(make_cpu_backend());
+  for (auto& b : make_wrong_backends()) v.push_back(std::move(b));
+  return v;
+}
+
+}  // namespace
+
+std::vector<BackendInfo> list_backends() {
+  std::vector<BackendInfo> out;
+  for (const auto& b : all_backends())
+    out.push_back({b->name(), b->description(), b->deliberately_wrong()});
+  return out;
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name) {
+  std::string known;
+  for (auto& b : all_backends()) {
+    if (b->name() == name) return std::move(b);
+    known += (known.empty() ? "" : ", ") + b->name();
+  }
+  throw std::invalid_argument("unknown backend '" + name + "' (known: " + known + ")");
+}
+
+}  // namespace deltacheck::harness

@@ -1,0 +1,32 @@
+// Error metrics between an output and its FP64 expectation: max |Δ| with its index, relative RMS
+// error ||Δ|| / ||ref||, NMSE, over a whole tensor or a slice of it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace deltacheck::harness {
+
+struct Metrics {
+  double max_abs = 0.0;
+  int64_t max_index = -1;  // flat index of the max |Δ| (-1 when empty)
+  double rel_rms = 0.0;    // ||Δ|| / ||ref||; ||Δ|| itself when ||ref|| == 0
+  double nmse = 0.0;       // rel_rms^2
+  double ref_max_abs = 0.0;
+  int64_t count = 0;
+  int64_t non_finite = 0;  // elements that are NaN or Inf in `actual` where ref is finite
+};
+
+Metrics measure(const std::vector<double>& actual, const std::vector<double>& expected,
+                int64_t begin, int64_t end);
+
+// First token (0-based, within [begin, end)) whose largest |Δ| exceeds max_abs; -1 if none.
+int64_t first_token_over(const std::vector<double>& actual, const std::vector<double>& expected,
+                         int64_t begin, int64_t end, int64_t per_token, double max_abs);
+
+// Largest |Δ| of each token in [begin, end) (for plots and leak analysis).
+std::vector<double> token_errors(const std::vector<double>& actual,
+                                 const std::vector<double>& expected, int64_t begin, int64_t end,
+                                 int64_t per_token);
+
+}  // namespace deltacheck::harness

@@ -1,0 +1,24 @@
+// Reads a gdr case's dimensions and tensors into the raw form kernels take.
+#pragma once
+
+#include "cases/case.h"
+#include "cases/tensor.h"
+#include "kernels/cpu/gated_delta_rule.h"
+
+namespace deltacheck::harness {
+
+struct GdrDims {
+  cases::Layout layout;
+  int64_t B, T, H, HV, K, V, N;
+  cases::DType dtype;
+  bool l2, final_state;
+};
+
+GdrDims gdr_dims(const cases::Case& c);
+
+// Kernel parameters pointing into `inputs` and `outputs` (o, and final_state when the case keeps
+// it). The caller may adjust fields (the deliberately wrong backends do).
+kernels::cpu::GatedDeltaRuleParams gdr_params(const cases::Case& c, const cases::TensorMap& inputs,
+                                              cases::TensorMap& outputs);
+
+}  // namespace deltacheck::harness

@@ -1,0 +1,70 @@
+// Results of running one case on one backend: verdict, metrics per output tensor and per packed
+// sequence, thresholds, leak details and probe results.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/compare.h"
+#include "harness/tolerance.h"
+
+namespace deltacheck::harness {
+
+enum class Verdict { kPass, kFail, kLeak, kError, kUnsupported, kSkipped };
+const char* verdict_name(Verdict v);
+Verdict verdict_from_name(const std::string& s);  // throws std::invalid_argument
+// Whether a verdict fails the gate by default (fail, leak, error).
+bool is_failure(Verdict v);
+
+struct SeqReport {
+  int64_t seq = 0;
+  int64_t length = 0;
+  Metrics metrics;
+  Threshold threshold;
+  bool ok = true;
+  int64_t first_bad_token = -1;  // within the sequence; -1 when none or not token-indexed
+};
+
+struct TensorReport {
+  std::string name;
+  std::string dtype;
+  Metrics metrics;
+  Metrics baseline;  // the same-precision baseline's error, which sets the threshold
+  Threshold threshold;
+  bool ok = true;
+  std::vector<SeqReport> seqs;
+  std::vector<double> token_error;  // largest |Δ| per token (token-indexed tensors only)
+};
+
+struct ProbeReport {
+  std::string name;  // isolation, alone, order, split, repeat
+  Verdict verdict = Verdict::kPass;
+  std::string detail;
+};
+
+struct CaseResult {
+  std::string case_id;
+  std::string op;
+  std::string backend;
+  Verdict verdict = Verdict::kSkipped;
+  std::string message;  // the one-line reason (failure message, error, unsupported reason)
+  std::vector<TensorReport> tensors;
+  std::vector<ProbeReport> probes;
+  std::vector<int64_t> seq_lengths;
+  // Leak details (verdict leak): the first wrong sequence and token, and its max |Δ|.
+  int64_t leak_seq = -1;
+  int64_t leak_token = -1;
+  double leak_max_abs = 0.0;
+  double seconds_backend = 0.0;
+  double seconds_total = 0.0;
+  // The worst relative-RMS ratio to its threshold over all tensors (what the table shows).
+  std::string worst_tensor;
+  double worst_rel_rms = 0.0;
+  double worst_threshold = 0.0;
+  // Largest error / threshold ratio over every tensor, sequence and metric (< 1 means pass;
+  // how close a pass came to failing).
+  double margin = 0.0;
+};
+
+}  // namespace deltacheck::harness

@@ -1,0 +1,362 @@
+// Running and judging cases.
+#include "harness/runner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "cases/generate.h"
+
+namespace deltacheck::harness {
+namespace {
+
+constexpr size_t kGuardBytes = 1024;
+constexpr uint8_t kGuardPattern = 0x5a;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+CaseResult base_result(const PreparedCase& pc, const std::string& backend) {
+  CaseResult r;
+  r.case_id = pc.c.id();
+  r.op = pc.c.op();
+  r.backend = backend;
+  r.seq_lengths = operation_for(pc.c).sequence_lengths(pc.c);
+  return r;
+}
+
+CaseResult with_verdict(CaseResult r, Verdict v, std::string message) {
+  r.verdict = v;
+  r.message = std::move(message);
+  return r;
+}
+
+// Output integrity before any number is compared: guard bands, then unwritten elements.
+std::string integrity_problem(const cases::TensorMap& outputs) {
+  for (const cases::Tensor& t : outputs.all()) {
+    if (!t.guards_intact(kGuardPattern))
+      return fmt::format("wrote outside output '{}' (guard band of {} bytes changed)", t.name(),
+                         kGuardBytes);
+    int64_t first = -1;
+    if (int64_t n = t.count_poisoned(&first); n > 0)
+      return fmt::format("left {} of {} elements of '{}' unwritten (first at index {})", n,
+                         t.numel(), t.name(), first);
+  }
+  return "";
+}
+
+}  // namespace
+
+const char* verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::kPass:
+      return "pass";
+    case Verdict::kFail:
+      return "fail";
+    case Verdict::kLeak:
+      return "leak";
+    case Verdict::kError:
+      return "error";
+    case Verdict::kUnsupported:
+      return "unsupported";
+    case Verdict::kSkipped:
+      return "skipped";
+  }
+  return "?";
+}
+
+Verdict verdict_from_name(const std::string& s) {
+  for (Verdict v : {Verdict::kPass, Verdict::kFail, Verdict::kLeak, Verdict::kError,
+                    Verdict::kUnsupported, Verdict::kSkipped})
+    if (s == verdict_name(v)) return v;
+  throw std::invalid_argument("unknown verdict '" + s + "'");
+}
+
+bool is_failure(Verdict v) {
+  return v == Verdict::kFail || v == Verdict::kLeak || v == Verdict::kError;
+}
+
+PreparedCase prepare(const cases::Case& c) {
+  const Operation& op = operation_for(c);
+  PreparedCase pc{c, cases::generate_inputs(c), {}, {}, op.outputs(c)};
+  pc.expected = op.oracle(c, pc.inputs);
+  pc.baseline = op.baseline(c, pc.inputs);
+  return pc;
+}
+
+cases::TensorMap allocate_outputs(const std::vector<OutputSpec>& specs) {
+  cases::TensorMap out;
+  for (const OutputSpec& s : specs) {
+    cases::Tensor& t = out.add(cases::Tensor(s.name, s.dtype, s.shape, kGuardBytes));
+    t.fill_guards(kGuardPattern);
+    t.poison();
+  }
+  return out;
+}
+
+CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
+                 const std::string& backend_name, bool allow_degenerate) {
+  CaseResult r = base_result(pc, backend_name);
+  if (std::string problem = integrity_problem(outputs); !problem.empty())
+    return with_verdict(std::move(r), Verdict::kError, problem);
+
+  const Operation& op = operation_for(pc.c);
+  const int64_t n = static_cast<int64_t>(r.seq_lengths.size());
+  std::vector<bool> seq_bad(static_cast<size_t>(n), false);
+  bool any_bad = false, all_zero = true;
+  std::string first_problem;
+  for (const OutputSpec& spec : pc.outputs) {
+    const cases::Tensor* t = outputs.find(spec.name);
+    if (!t || t->shape() != spec.shape || t->dtype() != spec.dtype)
+      return with_verdict(std::move(r), Verdict::kError,
+                          fmt::format("output '{}' missing or malformed", spec.name));
+    const std::vector<double> actual = t->to_double();
+    const std::vector<double>& expected = pc.expected.at(spec.name);
+    const std::vector<double>& base = pc.baseline.at(spec.name);
+    for (double x : expected) all_zero = all_zero && x == 0.0;
+
+    TensorReport tr;
+    tr.name = spec.name;
+    tr.dtype = cases::dtype_name(spec.dtype);
+    const int64_t numel = static_cast<int64_t>(actual.size());
+    tr.metrics = measure(actual, expected, 0, numel);
+    tr.baseline = measure(base, expected, 0, numel);
+    tr.threshold =
+        threshold(spec.dtype, tr.baseline.rel_rms, tr.baseline.max_abs, tr.metrics.ref_max_abs);
+    tr.ok = within(tr.threshold, tr.metrics.rel_rms, tr.metrics.max_abs, tr.metrics.non_finite);
+    if (tr.metrics.max_abs > tr.threshold.resolution)
+      r.margin = std::max({r.margin, tr.metrics.rel_rms / tr.threshold.rel_rms,
+                           tr.metrics.max_abs / tr.threshold.max_abs});
+    for (const SeqSlice& s : op.slices(pc.c, spec.name)) {
+      SeqReport sr;
+      sr.seq = s.seq;
+      sr.length = r.seq_lengths[s.seq];
+      if (s.end == s.begin) {
+        tr.seqs.push_back(sr);
+        continue;
+      }
+      sr.metrics = measure(actual, expected, s.begin, s.end);
+      const Metrics b = measure(base, expected, s.begin, s.end);
+      sr.threshold = threshold(spec.dtype, b.rel_rms, b.max_abs, sr.metrics.ref_max_abs);
+      sr.ok = within(sr.threshold, sr.metrics.rel_rms, sr.metrics.max_abs, sr.metrics.non_finite);
+      if (!sr.ok) {
+        sr.first_bad_token =
+            first_token_over(actual, expected, s.begin, s.end, s.per_token, sr.threshold.max_abs);
+        seq_bad[s.seq] = true;
+      }
+      tr.ok = tr.ok && sr.ok;
+      if (sr.metrics.max_abs > sr.threshold.resolution)
+        r.margin = std::max({r.margin, sr.metrics.rel_rms / sr.threshold.rel_rms,
+                             sr.metrics.max_abs / sr.threshold.max_abs});
+      tr.seqs.push_back(sr);
+    }
+    if (spec.name == "o" || (tr.token_error.empty() && !tr.seqs.empty())) {
+      const auto sl = op.slices(pc.c, spec.name);
+      if (!sl.empty() && sl.front().per_token > 0)
+        tr.token_error = token_errors(actual, expected, 0, numel, sl.front().per_token);
+    }
+    const double ratio = tr.threshold.rel_rms > 0 ? tr.metrics.rel_rms / tr.threshold.rel_rms : 0;
+    const double worst = r.worst_threshold > 0 ? r.worst_rel_rms / r.worst_threshold : -1;
+    if (r.worst_tensor.empty() || ratio > worst) {
+      r.worst_tensor = tr.name;
+      r.worst_rel_rms = tr.metrics.rel_rms;
+      r.worst_threshold = tr.threshold.rel_rms;
+    }
+    if (!tr.ok && first_problem.empty()) {
+      if (tr.metrics.non_finite > 0)
+        first_problem = fmt::format("{} non-finite values in '{}' (first at index {})",
+                                    tr.metrics.non_finite, tr.name, tr.metrics.max_index);
+      else if (tr.metrics.rel_rms > tr.threshold.rel_rms)
+        first_problem = fmt::format("rel_rms {:.1e} > {:.1e} in {}", tr.metrics.rel_rms,
+                                    tr.threshold.rel_rms, tr.name);
+      else if (tr.metrics.max_abs > tr.threshold.max_abs)
+        first_problem = fmt::format("max|Δ| {:.1e} > {:.1e} in {}", tr.metrics.max_abs,
+                                    tr.threshold.max_abs, tr.name);
+      else
+        first_problem = fmt::format("sequence-level errors in {}", tr.name);
+    }
+    any_bad = any_bad || !tr.ok;
+    r.tensors.push_back(std::move(tr));
+  }
+  if (all_zero && !pc.outputs.empty() && !allow_degenerate)
+    return with_verdict(std::move(r), Verdict::kError,
+                        "degenerate expectation: every expected output is zero, the case cannot "
+                        "tell a right implementation from one that writes zeros");
+  if (!any_bad) return with_verdict(std::move(r), Verdict::kPass, "");
+
+  // Where does the error start? The first bad sequence, its first bad token and max |Δ|.
+  int64_t first_bad = -1;
+  for (int64_t s = 0; s < n; ++s)
+    if (seq_bad[s]) {
+      first_bad = s;
+      break;
+    }
+  std::string where;
+  if (first_bad >= 0) {
+    for (const TensorReport& tr : r.tensors) {
+      const SeqReport& sr = tr.seqs[first_bad];
+      if (sr.ok) continue;
+      r.leak_seq = first_bad;
+      r.leak_token = sr.first_bad_token;
+      r.leak_max_abs = sr.metrics.max_abs;
+      where = sr.first_bad_token >= 0
+                  ? fmt::format("seq {} from token {}", first_bad, sr.first_bad_token)
+                  : fmt::format("seq {} {}", first_bad, tr.name);
+      break;
+    }
+  }
+  // Leak: the error is confined to sequences after the first (run_case then confirms that the
+  // first wrong sequence is right when run alone).
+  if (n >= 2 && first_bad > 0) {
+    r.verdict = Verdict::kLeak;
+    r.message = fmt::format("{}, max|Δ| {:.2e} ({})", where, r.leak_max_abs, first_problem);
+    return r;
+  }
+  r.leak_seq = -1;
+  r.leak_token = -1;
+  return with_verdict(std::move(r), Verdict::kFail,
+                      where.empty() ? first_problem : first_problem + " (" + where + ")");
+}
+
+CaseResult run_case(const PreparedCase& pc, Backend& backend) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CaseResult r = base_result(pc, backend.name());
+  const Support s = backend.supports(pc.c);
+  if (!s.ok) return with_verdict(std::move(r), Verdict::kUnsupported, s.reason);
+  cases::TensorMap outputs = allocate_outputs(pc.outputs);
+  Status st;
+  const auto tb = std::chrono::steady_clock::now();
+  try {
+    st = backend.run(pc.c, pc.inputs, outputs);
+  } catch (const std::exception& e) {
+    r.seconds_backend = seconds_since(tb);
+    return with_verdict(std::move(r), Verdict::kError, std::string("threw: ") + e.what());
+  } catch (...) {
+    return with_verdict(std::move(r), Verdict::kError, "threw a non-standard exception");
+  }
+  const double backend_seconds = seconds_since(tb);
+  if (!st.ok()) {
+    r.seconds_backend = backend_seconds;
+    const Verdict v =
+        st.code() == StatusCode::kUnsupported ? Verdict::kUnsupported : Verdict::kError;
+    return with_verdict(std::move(r), v, st.message());
+  }
+  r = judge(pc, outputs, backend.name());
+  r.seconds_backend = backend_seconds;
+  if (r.verdict == Verdict::kLeak) confirm_leak(pc, backend, r);
+  r.seconds_total = seconds_since(t0);
+  return r;
+}
+
+void confirm_leak(const PreparedCase& pc, Backend& backend, CaseResult& r) {
+  const Operation& op = operation_for(pc.c);
+  if (!op.can_isolate(pc.c) || r.leak_seq < 0) return;
+  // Run the first wrong sequence by itself: right alone but wrong in the pack is a leak; wrong
+  // alone too is a plain failure that merely happens to spare the first sequence.
+  PreparedCase alone{op.alone_case(pc.c, r.leak_seq),
+                     op.alone_inputs(pc.c, pc.inputs, r.leak_seq),
+                     op.alone_values(pc.c, pc.expected, r.leak_seq),
+                     op.alone_values(pc.c, pc.baseline, r.leak_seq),
+                     {}};
+  alone.outputs = op.outputs(alone.c);
+  cases::TensorMap outputs = allocate_outputs(alone.outputs);
+  Verdict v = Verdict::kError;
+  std::string why;
+  try {
+    const Status st = backend.run(alone.c, alone.inputs, outputs);
+    if (st.ok()) {
+      const CaseResult a = judge(alone, outputs, backend.name(), true);
+      v = a.verdict;
+      why = a.message;
+    } else {
+      why = st.message();
+    }
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  if (v == Verdict::kPass) {
+    r.message += fmt::format("; seq {} alone passes", r.leak_seq);
+    return;
+  }
+  r.verdict = Verdict::kFail;
+  r.message = fmt::format("seq {} is wrong alone too, not a leak: {}", r.leak_seq,
+                          why.empty() ? verdict_name(v) : why);
+}
+
+std::vector<CaseResult> run_all(const std::vector<cases::Case>& cs,
+                                const std::vector<Backend*>& backends, const RunOptions& options,
+                                const std::function<void(const CaseResult&)>& on_result) {
+  const size_t n = cs.size();
+  std::vector<std::vector<CaseResult>> slots(n);
+  std::vector<bool> done(n, false);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<size_t> next{0};
+
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++) {
+      std::vector<CaseResult> rs;
+      bool any_supported = false;
+      for (Backend* b : backends) any_supported = any_supported || b->supports(cs[i]).ok;
+      if (!any_supported) {
+        for (Backend* b : backends) {
+          CaseResult r;
+          r.case_id = cs[i].id();
+          r.op = cs[i].op();
+          r.backend = b->name();
+          r.verdict = Verdict::kUnsupported;
+          r.message = b->supports(cs[i]).reason;
+          rs.push_back(std::move(r));
+        }
+      } else {
+        try {
+          const PreparedCase pc = prepare(cs[i]);
+          for (Backend* b : backends) rs.push_back(run_case(pc, *b));
+        } catch (const std::exception& e) {
+          for (Backend* b : backends) {
+            CaseResult r;
+            r.case_id = cs[i].id();
+            r.op = cs[i].op();
+            r.backend = b->name();
+            r.verdict = Verdict::kError;
+            r.message = std::string("could not prepare the case: ") + e.what();
+            rs.push_back(std::move(r));
+          }
+        }
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      slots[i] = std::move(rs);
+      done[i] = true;
+      cv.notify_all();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int j = 1; j < options.jobs; ++j) pool.emplace_back(work);
+  // The calling thread works too, and reports results in case order as they complete.
+  std::vector<CaseResult> all;
+  std::thread reporter([&] {
+    for (size_t i = 0; i < n; ++i) {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return done[i]; });
+      std::vector<CaseResult> rs = std::move(slots[i]);
+      lock.unlock();
+      for (CaseResult& r : rs) {
+        if (on_result) on_result(r);
+        all.push_back(std::move(r));
+      }
+    }
+  });
+  work();
+  for (auto& t : pool) t.join();
+  reporter.join();
+  return all;
+}
+
+}  // namespace deltacheck::harness

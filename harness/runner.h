@@ -1,0 +1,56 @@
+// The runner: prepares each case once (inputs, FP64 expectation, baseline), runs every backend on
+// it into poisoned, guarded outputs, and judges the result.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cases/case.h"
+#include "cases/tensor.h"
+#include "harness/backend.h"
+#include "harness/operation.h"
+#include "harness/result.h"
+
+namespace deltacheck::harness {
+
+struct PreparedCase {
+  cases::Case c;
+  cases::TensorMap inputs;
+  Values expected;
+  Values baseline;
+  std::vector<OutputSpec> outputs;
+};
+
+// Generates inputs and computes the oracle and baseline. Throws on invalid cases.
+PreparedCase prepare(const cases::Case& c);
+
+// Allocates a case's outputs with guard bands, poisoned.
+cases::TensorMap allocate_outputs(const std::vector<OutputSpec>& specs);
+
+// Checks outputs for writes outside them, unwritten elements and non-finite values, then compares
+// numbers to the expectation and decides the verdict.
+// A case whose every expected output is zero cannot tell right from "writes zeros" and is an
+// error, unless allow_degenerate (a zero-length sequence checked alone).
+CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
+                 const std::string& backend_name, bool allow_degenerate = false);
+
+// Runs one backend on one prepared case (catching everything the backend throws).
+CaseResult run_case(const PreparedCase& pc, Backend& backend);
+
+// For a result judged leak: reruns the first wrong sequence alone and turns the verdict into fail
+// when that sequence is wrong by itself too.
+void confirm_leak(const PreparedCase& pc, Backend& backend, CaseResult& r);
+
+struct RunOptions {
+  int jobs = 1;  // cases prepared and run concurrently
+};
+
+// Runs every case on every backend, streaming: each case is prepared, run and released before
+// the next. on_result is called once per (case, backend), in case order.
+std::vector<CaseResult> run_all(const std::vector<cases::Case>& cases,
+                                const std::vector<Backend*>& backends, const RunOptions& options,
+                                const std::function<void(const CaseResult&)>& on_result);
+
+}  // namespace deltacheck::harness

@@ -1,0 +1,46 @@
+// Tolerance constants. Changing any number here changes TolerancePolicy::kId.
+#include "harness/tolerance.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace deltacheck::harness {
+
+DTypeTolerance dtype_tolerance(cases::DType t) {
+  switch (t) {
+    case cases::DType::kBF16:
+      return {1e-3, 1.0 / 256, 5e-3, 9.2e-41};  // 1 ulp of bf16 at max|ref|
+    case cases::DType::kF16:
+      return {2e-4, 1.0 / 2048, 2e-3, 5.97e-8};  // 1 ulp of fp16
+    default:
+      return {2e-6, 4e-6, 1e-4, 1.4e-45};  // fp32 and wider
+  }
+}
+
+Threshold threshold(cases::DType t, double base_rel, double base_abs, double ref_max_abs) {
+  const DTypeTolerance d = dtype_tolerance(t);
+  Threshold th;
+  th.rel_rms = std::min(d.rel_ceiling, TolerancePolicy::kFactor * base_rel + d.rel_floor);
+  th.max_abs = TolerancePolicy::kFactor * base_abs + d.abs_floor_frac * ref_max_abs;
+  th.resolution = d.resolution;
+  return th;
+}
+
+bool within(const Threshold& t, double rel_rms, double max_abs, int64_t non_finite) {
+  if (non_finite > 0) return false;
+  if (max_abs <= t.resolution) return true;
+  return rel_rms <= t.rel_rms && max_abs <= t.max_abs;
+}
+
+std::string describe_policy() {
+  return fmt::format(
+      "{}: err <= {} x err(same-precision recurrence) + floor, rel_rms ceiling "
+      "fp32 {:.0e} / bf16 {:.0e} / fp16 {:.0e}",
+      TolerancePolicy::kId, TolerancePolicy::kFactor,
+      dtype_tolerance(cases::DType::kF32).rel_ceiling,
+      dtype_tolerance(cases::DType::kBF16).rel_ceiling,
+      dtype_tolerance(cases::DType::kF16).rel_ceiling);
+}
+
+}  // namespace deltacheck::harness

@@ -1,0 +1,47 @@
+// The tolerance policy, in one place and versioned. An implementation may be at most kFactor
+// times as far from the FP64 oracle as a straightforward implementation of the same rule in the
+// same precision (the baseline), plus a small floor, and never beyond an absolute ceiling per
+// dtype. Every result prints the thresholds it was judged by.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cases/tensor.h"
+
+namespace deltacheck::harness {
+
+struct TolerancePolicy {
+  static constexpr const char* kId = "tol-v1";
+  static constexpr double kFactor = 2.0;
+};
+
+// Per-dtype constants: floor on relative RMS, floor on max |Δ| as a fraction of max |ref|, and the
+// relative-RMS ceiling nothing may exceed.
+struct DTypeTolerance {
+  double rel_floor;
+  double abs_floor_frac;
+  double rel_ceiling;
+  // Errors no larger than the dtype's smallest subnormal are below what it can represent: a
+  // tensor or sequence whose max |Δ| is within it passes whatever its relative error (a state
+  // decayed to 1e-59 that fp32 flushes to zero is right).
+  double resolution;
+};
+DTypeTolerance dtype_tolerance(cases::DType t);
+
+struct Threshold {
+  double rel_rms;     // allowed relative RMS error
+  double max_abs;     // allowed max |Δ|
+  double resolution;  // max |Δ| at or below this passes outright
+};
+
+// Whether errors (rel_rms, max_abs, non-finite count) are within a threshold.
+bool within(const Threshold& t, double rel_rms, double max_abs, int64_t non_finite);
+
+// Threshold for a tensor (or one sequence's part of it) given the baseline's own errors.
+Threshold threshold(cases::DType t, double baseline_rel_rms, double baseline_max_abs,
+                    double ref_max_abs);
+
+std::string describe_policy();
+
+}  // namespace deltacheck::harness

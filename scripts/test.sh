@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Runs deltacheck's tests: the GoogleTest suites through ctest (which include the gate suite on the
+# CPU backend and the verdicts of every deliberately wrong backend).
+#   scripts/test.sh            all tests
+#   scripts/test.sh -L fast    only a ctest label
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR="${BUILD_DIR:-build}"
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" "$@"
