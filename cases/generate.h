@@ -4,17 +4,10 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 
-#include "cases/case.h"
-#include "cases/tensor.h"
+#include "cases/op.h"
 
 namespace deltacheck::cases {
-
-struct GenOptions {
-  // Per-sequence salts mixed into that sequence's streams (the isolation probe's perturbation).
-  std::map<int64_t, uint64_t> sequence_salt;
-};
 
 TensorMap generate_inputs(const Case& c, const GenOptions& options = {});
 

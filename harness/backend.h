@@ -3,6 +3,7 @@
 // outputs the runner allocated (poisoned, with guard bands); errors come back as a Status.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,10 @@ struct BackendInfo {
   std::string description;
   bool deliberately_wrong;
 };
+
+// Adds backends from an optional library (e.g. LibTorch, CUDA); call before first use.
+using BackendFactory = std::function<std::vector<std::unique_ptr<Backend>>()>;
+void register_backend_factory(BackendFactory factory);
 
 // Every backend this build knows, in listing order.
 std::vector<BackendInfo> list_backends();

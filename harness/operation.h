@@ -56,4 +56,7 @@ class Operation {
 // The operation named by c.op(); throws std::invalid_argument if none.
 const Operation& operation_for(const cases::Case& c);
 
+// One per operation file.
+const Operation& gdr_operation();
+
 }  // namespace deltacheck::harness

@@ -1,4 +1,6 @@
-// The backend registry: names -> factories, in listing order.
+// The backend registry: names -> factories, in listing order. Built-in backends are listed here;
+// optional ones (LibTorch, CUDA), compiled into their own libraries, add their factories with
+// register_backend_factory() before the registry is first used.
 #include <stdexcept>
 
 #include "harness/backends/backends.h"
@@ -6,14 +8,25 @@
 namespace deltacheck::harness {
 namespace {
 
+std::vector<BackendFactory>& extra_factories() {
+  static std::vector<BackendFactory> f;
+  return f;
+}
+
 std::vector<std::unique_ptr<Backend>> all_backends() {
   std::vector<std::unique_ptr<Backend>> v;
   v.push_back(make_cpu_backend());
+  for (const BackendFactory& f : extra_factories())
+    for (auto& b : f()) v.push_back(std::move(b));
   for (auto& b : make_wrong_backends()) v.push_back(std::move(b));
   return v;
 }
 
 }  // namespace
+
+void register_backend_factory(BackendFactory factory) {
+  extra_factories().push_back(std::move(factory));
+}
 
 std::vector<BackendInfo> list_backends() {
   std::vector<BackendInfo> out;

@@ -1,0 +1,260 @@
+// The gdr operation: gated delta rule prefill. Schema, input generation and suite cases.
+#include <cmath>
+#include <string>
+
+#include "cases/det_math.h"
+#include "cases/op.h"
+#include "cases/rng.h"
+#include "cases/suites.h"
+
+namespace deltacheck::cases {
+namespace {
+
+using K = ParamSpec::Kind;
+
+ParamSpec choice(std::string key, std::string def, std::vector<std::string> choices,
+                 std::string help) {
+  return {std::move(key), K::kChoice, std::move(def), std::move(choices), 0, 0, std::move(help)};
+}
+ParamSpec integer(std::string key, std::string def, int64_t lo, int64_t hi, std::string help) {
+  return {std::move(key), K::kInt, std::move(def), {}, lo, hi, std::move(help)};
+}
+ParamSpec seed_param() { return integer("seed", "0", 0, (int64_t{1} << 62), "generator seed"); }
+
+void check_gdr(const Case& c) {
+  if (c.get_int("HV") % c.get_int("H") != 0)
+    throw CaseIdError("HV % H != 0 (HV=" + c.get("HV") + ", H=" + c.get("H") + ")");
+  const Layout L = Layout::parse(c.get("layout"));
+  if (c.get("cache") == "none" && c.get("state") != "none")
+    throw CaseIdError("cache=none takes no initial state (state=" + c.get("state") + ")");
+  (void)L;
+}
+
+OpSchema gdr_schema() {
+  return OpSchema{
+      "gdr",
+      "gated delta rule prefill: o, final state",
+      {
+          {"layout", K::kLayout, "single[64]", {}, 0, 0, "token layout"},
+          integer("H", "2", 1, 1024, "q/k heads"),
+          integer("HV", "2", 1, 4096, "value heads (HV % H == 0)"),
+          integer("K", "64", 1, 1024, "key head dim"),
+          integer("V", "64", 1, 1024, "value head dim"),
+          choice("dtype", "fp32", {"fp32", "bf16", "fp16"}, "q/k/v/beta/o dtype"),
+          choice("gate", "weak", {"zero", "weak", "strong", "tail"},
+                 "g: 0 | logsigmoid(U[0,1)) | U[-20,-1e-4] | weak with an underflowing "
+                 "tail chunk U[-60,-30]"),
+          choice("beta", "rand", {"rand", "zero", "one", "wide"},
+                 "beta: sigmoid(N(0,1)) | 0 | 1 | 2 sigmoid(N(0,1))"),
+          choice("keys", "norm", {"norm", "pos"}, "keys N(0,1) or |N(0,1)| (ill-conditioned)"),
+          integer("l2", "1", 0, 1, "in-kernel L2 norm of q, k (else pre-normalized)"),
+          choice("state", "rand", {"none", "rand", "mixed"},
+                 "initial state: zeros | random | alternating zero and random"),
+          choice("cache", "prefill", {"none", "prefill"},
+                 "none: no state in or out; prefill: initial state in, final out"),
+          seed_param(),
+      },
+      check_gdr};
+}
+
+struct GdrDims {
+  Layout layout;
+  int64_t B, T, H, HV, K, V, N;
+  DType dtype;
+};
+
+DType parse_dtype(const std::string& s) {
+  if (s == "bf16") return DType::kBF16;
+  if (s == "fp16") return DType::kF16;
+  return DType::kF32;
+}
+
+GdrDims gdr_dims(const Case& c) {
+  GdrDims d;
+  d.layout = Layout::parse(c.get("layout"));
+  d.B = d.layout.batch();
+  d.T = d.layout.row_length();
+  d.H = c.get_int("H");
+  d.HV = c.get_int("HV");
+  d.K = c.get_int("K");
+  d.V = c.get_int("V");
+  d.N = d.layout.num_seqs();
+  d.dtype = parse_dtype(c.get("dtype"));
+  return d;
+}
+
+// Position of sequence s's first token in the flat [B*T] token order.
+int64_t flat_begin(const GdrDims& d, int64_t s) {
+  if (d.layout.kind == Layout::Kind::kBatch) return s * d.T;
+  return d.layout.cu_seqlens()[s];
+}
+
+// A stream for one tensor of one sequence, with the sequence's salt.
+Stream seq_stream(const Case& c, const GenOptions& o, const std::string& tensor, int64_t s) {
+  auto it = o.sequence_salt.find(s);
+  const uint64_t salt = it == o.sequence_salt.end() ? 0 : it->second * 0x9E3779B97F4A7C15ull;
+  return Stream(c.seed() ^ salt, tensor + "/" + std::to_string(s));
+}
+
+// q or k: N(0,1) (or |N(0,1)| for ill-conditioned keys); pre-normalized when the kernel is not
+// asked to normalize, so the rule stays contractive.
+void fill_qk(const Case& c, const GenOptions& o, const GdrDims& d, Tensor& t, bool positive) {
+  const bool l2 = c.get_bool("l2");
+  const auto cu = d.layout.cu_seqlens();
+  std::vector<double> row(static_cast<size_t>(d.K));
+  for (int64_t s = 0; s < d.N; ++s) {
+    const Stream st = seq_stream(c, o, t.name(), s);
+    const int64_t len = d.layout.lengths[s], base = flat_begin(d, s);
+    for (int64_t tok = 0; tok < len; ++tok)
+      for (int64_t h = 0; h < d.H; ++h) {
+        double ss = 0.0;
+        for (int64_t i = 0; i < d.K; ++i) {
+          double x = st.normal(static_cast<uint64_t>((tok * d.H + h) * d.K + i));
+          if (positive) x = std::fabs(x);
+          row[i] = x;
+          ss += x * x;
+        }
+        const double inv = l2 ? 1.0 : 1.0 / std::sqrt(ss + 1e-12);
+        for (int64_t i = 0; i < d.K; ++i)
+          t.set(((base + tok) * d.H + h) * d.K + i, static_cast<float>(row[i] * inv));
+      }
+  }
+}
+
+double gate_value(const std::string& regime, const Stream& st, uint64_t i, int64_t tok,
+                  int64_t len) {
+  if (regime == "zero") return 0.0;
+  if (regime == "strong") return st.uniform(i, -20.0, -1e-4);
+  if (regime == "tail") {
+    const int64_t tail_begin = ((len - 1) / 64) * 64;
+    if (tok >= tail_begin) return st.uniform(i, -60.0, -30.0);
+  }
+  return det_log_sigmoid(st.uniform(i));  // weak
+}
+
+double beta_value(const std::string& regime, const Stream& st, uint64_t i) {
+  if (regime == "zero") return 0.0;
+  if (regime == "one") return 1.0;
+  const double b = det_sigmoid(st.normal(i));
+  return regime == "wide" ? 2.0 * b : b;
+}
+
+TensorMap generate_gdr(const Case& c, const GenOptions& o) {
+  const GdrDims d = gdr_dims(c);
+  TensorMap m;
+  Tensor& q = m.add(Tensor("q", d.dtype, {d.B, d.T, d.H, d.K}));
+  Tensor& k = m.add(Tensor("k", d.dtype, {d.B, d.T, d.H, d.K}));
+  Tensor& v = m.add(Tensor("v", d.dtype, {d.B, d.T, d.HV, d.V}));
+  Tensor& g = m.add(Tensor("g", DType::kF32, {d.B, d.T, d.HV}));
+  Tensor& beta = m.add(Tensor("beta", d.dtype, {d.B, d.T, d.HV}));
+  fill_qk(c, o, d, q, false);
+  fill_qk(c, o, d, k, c.get("keys") == "pos");
+  const std::string gate = c.get("gate"), beta_regime = c.get("beta");
+  for (int64_t s = 0; s < d.N; ++s) {
+    const Stream sv = seq_stream(c, o, "v", s), sg = seq_stream(c, o, "g", s),
+                 sb = seq_stream(c, o, "beta", s);
+    const int64_t len = d.layout.lengths[s], base = flat_begin(d, s);
+    for (int64_t tok = 0; tok < len; ++tok)
+      for (int64_t h = 0; h < d.HV; ++h) {
+        const uint64_t i = static_cast<uint64_t>(tok * d.HV + h);
+        for (int64_t j = 0; j < d.V; ++j)
+          v.set(((base + tok) * d.HV + h) * d.V + j,
+                static_cast<float>(sv.normal(i * static_cast<uint64_t>(d.V) + j)));
+        g.set((base + tok) * d.HV + h, static_cast<float>(gate_value(gate, sg, i, tok, len)));
+        beta.set((base + tok) * d.HV + h, static_cast<float>(beta_value(beta_regime, sb, i)));
+      }
+  }
+  if (d.layout.has_cu_seqlens()) {
+    const auto cu = d.layout.cu_seqlens();
+    Tensor& t = m.add(Tensor("cu_seqlens", DType::kI64, {static_cast<int64_t>(cu.size())}));
+    for (size_t i = 0; i < cu.size(); ++i) t.as<int64_t>()[i] = cu[i];
+  }
+  const std::string state = c.get("state");
+  if (c.get("cache") != "none" && state != "none") {
+    Tensor& s0 = m.add(Tensor("initial_state", DType::kF32, {d.N, d.HV, d.K, d.V}));
+    const int64_t per = d.HV * d.K * d.V;
+    for (int64_t s = 0; s < d.N; ++s) {
+      const bool fresh = state == "mixed" && s % 2 == 0;
+      const Stream st = seq_stream(c, o, "initial_state", s);
+      for (int64_t i = 0; i < per; ++i)
+        s0.set(s * per + i, fresh ? 0.0 : static_cast<float>(0.5 * st.normal(i)));
+    }
+  }
+  return m;
+}
+
+int64_t gdr_input_bytes(const Case& c) {
+  const GdrDims d = gdr_dims(c);
+  const int64_t tokens = d.B * d.T, es = dtype_size(d.dtype);
+  return tokens * (2 * d.H * d.K + d.HV * d.V + d.HV) * es + tokens * d.HV * 4 +
+         2 * d.N * d.HV * d.K * d.V * 4;
+}
+
+void gdr_suite(SuiteBuilder& b, Tier t) {
+  const int tier = static_cast<int>(t);
+  // tier 0 = smoke, 1 = gate, 2 = full
+  const Params base{{"H", "2"},         {"HV", "4"},       {"K", "64"},  {"V", "64"},
+                    {"gate", "strong"}, {"state", "rand"}, {"seed", "1"}};
+  int seed = 1;
+  auto add = [&](const Params& over) {
+    b.add("gdr", merge(merge(base, {{"seed", std::to_string(seed++)}}), over));
+  };
+  std::vector<std::string> layouts = layout_family("smoke");
+  if (tier >= 1) layouts = layout_family("gate");
+  if (tier >= 2) layouts = layout_family("full");
+  const std::vector<std::string> dtypes{"fp32", "bf16", "fp16"};
+
+  // Every layout in every dtype.
+  for (const auto& l : layouts)
+    for (const auto& dt : dtypes) add({{"layout", l}, {"dtype", dt}});
+
+  // Gate, beta and key regimes on the chunk-edge pack and a single sequence.
+  const std::vector<std::string> probe_layouts =
+      tier == 0 ? std::vector<std::string>{"packed[63,0,65]"}
+                : std::vector<std::string>{"packed[63,0,65]", "single[129]", "packed[1,2,15,16]"};
+  for (const auto& l : probe_layouts) {
+    for (const auto& g : {"zero", "weak", "strong", "tail"})
+      for (const auto& dt : tier >= 1 ? dtypes : std::vector<std::string>{"fp32"})
+        add({{"layout", l}, {"gate", g}, {"dtype", dt}});
+    for (const auto& be : {"zero", "one", "wide"}) add({{"layout", l}, {"beta", be}});
+    add({{"layout", l}, {"keys", "pos"}});
+    add({{"layout", l}, {"keys", "pos"}, {"dtype", "bf16"}});
+    add({{"layout", l}, {"l2", "0"}});
+    add({{"layout", l}, {"state", "mixed"}});
+    add({{"layout", l}, {"state", "none"}});
+    add({{"layout", l}, {"cache", "none"}, {"state", "none"}});
+  }
+  // Head dims (incl. odd ones) and GVA ratios.
+  for (const auto& kv : tier == 0 ? std::vector<std::string>{"60"}
+                                  : std::vector<std::string>{"64", "128", "60", "100"})
+    for (const auto& dt : tier == 0 ? std::vector<std::string>{"fp32"} : dtypes)
+      add({{"layout", "packed[63,0,65]"}, {"K", kv}, {"V", kv}, {"dtype", dt}});
+  add({{"layout", "packed[63,0,65]"}, {"K", "128"}, {"V", "64"}});
+  for (const auto& [h, hv] : std::vector<std::pair<std::string, std::string>>{
+           {"4", "4"}, {"2", "4"}, {"1", "4"}, {"2", "8"}})
+    add({{"layout", "packed[15,64,65]"}, {"H", h}, {"HV", hv}});
+  if (tier >= 1) {
+    // Long sequences at the head dims of real models.
+    add({{"layout", "packed[700,1300]"}, {"K", "128"}, {"V", "128"}, {"HV", "4"}, {"H", "2"}});
+    add({{"layout", "packed[700,1300]"}, {"K", "128"}, {"V", "128"}, {"dtype", "bf16"}});
+    add({{"layout", "packed[3*20,1500,5*20]"}, {"gate", "tail"}, {"dtype", "bf16"}});
+  }
+  if (tier >= 2) {
+    for (const auto& g : {"weak", "strong", "tail"})
+      for (const auto& dt : dtypes)
+        add({{"layout", "packed[4100,0,3*30]"},
+             {"K", "128"},
+             {"V", "128"},
+             {"gate", g},
+             {"dtype", dt},
+             {"HV", "8"}});
+    for (int s = 100; s < 110; ++s)
+      add({{"layout", "packed[1*30,64,127,129,0,257]"}, {"seed", std::to_string(s)}});
+  }
+}
+
+}  // namespace
+
+OpDefinition gdr_definition() { return {gdr_schema(), generate_gdr, gdr_input_bytes, gdr_suite}; }
+
+}  // namespace deltacheck::cases
