@@ -1,0 +1,171 @@
+// CPU linear-attention layer: the CPU kernels for each step, chained through workspaces.
+#include "kernels/cpu/linear_attention_layer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/causal_conv1d.h"
+#include "kernels/cpu/gated_delta_rule.h"
+#include "kernels/cpu/gated_rms_norm.h"
+#include "kernels/cpu/gates.h"
+#include "kernels/cpu/parallel_for.h"
+#include "kernels/cpu/sequence_checks.h"
+
+namespace deltacheck::kernels::cpu {
+namespace {
+
+constexpr int64_t kTokensPerSplitTask = 256;
+
+Status check(const LinearAttentionLayerParams& p) {
+  if (p.seq_len < 0) return Status::InvalidArgument("seq_len must be >= 0");
+  if (p.num_heads < 1 || p.num_value_heads < 1 || p.key_dim < 1 || p.value_dim < 1)
+    return Status::InvalidArgument("head counts and head dims must be >= 1");
+  if (p.num_value_heads % p.num_heads != 0) return Status::InvalidArgument("HV % H != 0");
+  if (p.conv_width < 2 || p.conv_width > 4)
+    return Status::Unsupported("conv width " + std::to_string(p.conv_width) + " (supported: 2..4)");
+  if (p.chunk_size < 1) return Status::InvalidArgument("chunk_size must be >= 1");
+  if (!(p.norm_eps >= 0.0f)) return Status::InvalidArgument("norm_eps must be >= 0");
+  if (!p.qkv || !p.z || !p.a || !p.b || !p.conv_weight || !p.A_log || !p.dt_bias ||
+      !p.norm_weight || !p.out)
+    return Status::InvalidArgument(
+        "qkv, z, a, b, conv_weight, A_log, dt_bias, norm_weight and out are required");
+  if (p.cu_seqlens)
+    if (Status st = check_cu_seqlens(p.cu_seqlens, p.num_seqs, p.seq_len); !st.ok()) return st;
+  const int64_t n = p.cu_seqlens ? p.num_seqs : 1;
+  const bool any_state =
+      p.initial_state || p.final_state || p.initial_conv_state || p.final_conv_state;
+  if (!any_state) return Status::Ok();
+  return check_state_slots(p.state_slots, n, p.num_state_rows > 0 ? p.num_state_rows : n,
+                           p.final_state || p.final_conv_state);
+}
+
+// Token ranges [begin, end) covered by sequences that are not padding, adjacent ones merged.
+std::vector<std::pair<int64_t, int64_t>> live_token_spans(const LinearAttentionLayerParams& p) {
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  const int64_t n = p.cu_seqlens ? p.num_seqs : 1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (p.state_slots && p.state_slots[i] < 0) continue;
+    const int64_t begin = p.cu_seqlens ? p.cu_seqlens[i] : 0;
+    const int64_t end = p.cu_seqlens ? p.cu_seqlens[i + 1] : p.seq_len;
+    if (begin == end) continue;
+    if (!spans.empty() && spans.back().second == begin)
+      spans.back().second = end;
+    else
+      spans.emplace_back(begin, end);
+  }
+  return spans;
+}
+
+}  // namespace
+
+int64_t qkv_channels(const LinearAttentionLayerParams& p) {
+  return 2 * p.num_heads * p.key_dim + p.num_value_heads * p.value_dim;
+}
+
+Status linear_attention_layer(const LinearAttentionLayerParams& p) {
+  if (Status st = check(p); !st.ok()) return st;
+  const int64_t T = p.seq_len, H = p.num_heads, HV = p.num_value_heads;
+  const int64_t K = p.key_dim, V = p.value_dim, D = qkv_channels(p);
+  const int64_t es = scalar_type_size(p.dtype);
+  // Workspaces in the activation dtype; never empty, so no step sees a null buffer when T == 0.
+  auto workspace = [&](int64_t elements) {
+    return std::vector<unsigned char>(static_cast<size_t>(std::max<int64_t>(elements, 1) * es));
+  };
+  std::vector<unsigned char> mixed = workspace(T * D), q = workspace(T * H * K),
+                             k = workspace(T * H * K), v = workspace(T * HV * V),
+                             beta = workspace(T * HV), core = workspace(T * HV * V);
+  std::vector<float> g(static_cast<size_t>(std::max<int64_t>(T * HV, 1)));
+
+  CausalConv1dParams conv;
+  conv.seq_len = T;
+  conv.channels = D;
+  conv.width = p.conv_width;
+  conv.dtype = p.dtype;
+  conv.x = p.qkv;
+  conv.out = mixed.data();
+  conv.weight = p.conv_weight;
+  conv.bias = p.conv_bias;
+  conv.silu = true;
+  conv.cu_seqlens = p.cu_seqlens;
+  conv.num_seqs = p.num_seqs;
+  conv.initial_state = p.initial_conv_state;
+  conv.final_state = p.final_conv_state;
+  conv.state_slots = p.state_slots;
+  conv.num_state_rows = p.num_state_rows;
+  conv.num_threads = p.num_threads;
+  if (Status st = causal_conv1d(conv); !st.ok()) return st;
+
+  // q | k | v channels of each token into the contiguous [T, heads, dim] layout the rule takes.
+  const int64_t qk_bytes = H * K * es, v_bytes = HV * V * es;
+  const int64_t split_tasks = (T + kTokensPerSplitTask - 1) / kTokensPerSplitTask;
+  parallel_for(split_tasks, p.num_threads, [&](int64_t task) {
+    const int64_t t1 = std::min(T, (task + 1) * kTokensPerSplitTask);
+    for (int64_t t = task * kTokensPerSplitTask; t < t1; ++t) {
+      const unsigned char* row = mixed.data() + t * D * es;
+      std::memcpy(q.data() + t * qk_bytes, row, static_cast<size_t>(qk_bytes));
+      std::memcpy(k.data() + t * qk_bytes, row + qk_bytes, static_cast<size_t>(qk_bytes));
+      std::memcpy(v.data() + t * v_bytes, row + 2 * qk_bytes, static_cast<size_t>(v_bytes));
+    }
+  });
+
+  GatesParams gp;
+  gp.num_tokens = T;
+  gp.num_value_heads = HV;
+  gp.dtype = p.dtype;
+  gp.a = p.a;
+  gp.b = p.b;
+  gp.A_log = p.A_log;
+  gp.dt_bias = p.dt_bias;
+  gp.g = g.data();
+  gp.beta = beta.data();
+  gp.num_threads = p.num_threads;
+  if (Status st = gates(gp); !st.ok()) return st;
+
+  GatedDeltaRuleParams rule;
+  rule.seq_len = T;
+  rule.num_heads = H;
+  rule.num_value_heads = HV;
+  rule.key_dim = K;
+  rule.value_dim = V;
+  rule.dtype = p.dtype;
+  rule.q = q.data();
+  rule.k = k.data();
+  rule.v = v.data();
+  rule.g = g.data();
+  rule.beta = beta.data();
+  rule.o = core.data();
+  rule.cu_seqlens = p.cu_seqlens;
+  rule.num_seqs = p.num_seqs;
+  rule.initial_state = p.initial_state;
+  rule.final_state = p.final_state;
+  rule.state_slots = p.state_slots;
+  rule.num_state_rows = p.num_state_rows;
+  rule.scale = p.scale;
+  rule.use_qk_l2norm = true;
+  rule.chunk_size = p.chunk_size;
+  rule.num_threads = p.num_threads;
+  if (Status st = chunked_gated_delta_rule(rule); !st.ok()) return st;
+
+  // The norm runs only over tokens of real sequences: padding entries' output rows stay untouched.
+  for (const auto& [begin, end] : live_token_spans(p)) {
+    const int64_t offset = begin * HV * V;
+    GatedRmsNormParams norm;
+    norm.num_tokens = end - begin;
+    norm.num_heads = HV;
+    norm.dim = V;
+    norm.dtype = p.dtype;
+    norm.x = core.data() + offset * es;
+    norm.z = static_cast<const unsigned char*>(p.z) + offset * es;
+    norm.weight = p.norm_weight;
+    norm.y = static_cast<unsigned char*>(p.out) + offset * es;
+    norm.eps = p.norm_eps;
+    norm.num_threads = p.num_threads;
+    if (Status st = gated_rms_norm(norm); !st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+}  // namespace deltacheck::kernels::cpu

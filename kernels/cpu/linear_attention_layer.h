@@ -1,0 +1,59 @@
+// CPU linear-attention (Gated DeltaNet) layer of Qwen3-Next on raw buffers, composed the way the
+// model composes it, from the projections onward:
+//   qkv -> causal_conv1d + SiLU -> split q | k | v -> gates -> chunked_gated_delta_rule with
+//   in-kernel L2 norm -> gated_rms_norm with z
+// Intermediates are kept in the activation dtype between the steps, as the model keeps them (g in
+// fp32); every step accumulates in fp32. Recurrent and conv states are fp32 rows of two pools,
+// addressed through the same per-sequence slots.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/half.h"
+#include "kernels/common/status.h"
+
+namespace deltacheck::kernels::cpu {
+
+struct LinearAttentionLayerParams {
+  int64_t seq_len = 0;                      // T, all sequences packed
+  int64_t num_heads = 1;                    // H (q, k heads)
+  int64_t num_value_heads = 1;              // HV; HV % H == 0
+  int64_t key_dim = 0;                      // K
+  int64_t value_dim = 0;                    // V
+  int64_t conv_width = 4;                   // W; 2, 3 or 4
+  ScalarType dtype = ScalarType::kFloat32;  // of qkv, z, a, b, out and the intermediates
+  const void* qkv = nullptr;                // [T, D], D = 2*H*K + HV*V, channels q | k | v
+  const void* z = nullptr;                  // [T, HV, V], the output gate
+  const void* a = nullptr;                  // [T, HV], decay projection
+  const void* b = nullptr;                  // [T, HV], beta projection
+  const float* conv_weight = nullptr;       // [D, W]
+  const float* conv_bias = nullptr;         // [D] or nullptr
+  const float* A_log = nullptr;             // [HV]
+  const float* dt_bias = nullptr;           // [HV]
+  const float* norm_weight = nullptr;       // [V]
+  float norm_eps = 1e-6f;
+  void* out = nullptr;                  // [T, HV, V]
+  const int64_t* cu_seqlens = nullptr;  // [num_seqs + 1]; nullptr: one sequence of T tokens
+  int64_t num_seqs = 0;                 // used only with cu_seqlens
+  // Sequence i reads and writes row state_slots[i] (or i) of the state buffers; a negative slot
+  // marks a padding entry: nothing of it is read, written or computed (its output rows included).
+  // initial == final is allowed (in place on a pool); initial nullptr: zeros; final nullptr: not
+  // kept.
+  const float* initial_state = nullptr;       // [rows, HV, K, V]
+  float* final_state = nullptr;               // [rows, HV, K, V]
+  const float* initial_conv_state = nullptr;  // [rows, D, W-1]
+  float* final_conv_state = nullptr;          // [rows, D, W-1]
+  const int32_t* state_slots = nullptr;
+  int64_t num_state_rows = 0;  // rows of the state buffers, for bounds checks (0: = num_seqs)
+  float scale = 0.0f;          // <= 0: K^-0.5
+  int64_t chunk_size = 64;
+  int num_threads = 0;  // 0: all hardware threads
+};
+
+// D, the number of mixed q | k | v channels the convolution runs over.
+int64_t qkv_channels(const LinearAttentionLayerParams& p);
+
+// Checks everything before running any step, so a rejected call leaves every buffer as it was.
+Status linear_attention_layer(const LinearAttentionLayerParams& p);
+
+}  // namespace deltacheck::kernels::cpu

@@ -1,0 +1,44 @@
+// CPU gated delta rule decode, in place on a state pool (continuous batching): N sequences, each
+// with tokens_per_seq new tokens (1: plain decode; > 1: speculative / multi-token decode), fp32
+// state and accumulation. The rule per token, in this order (DESIGN.md):
+//   S <- exp(g_t) * S;  u = beta_t * (v_t - S^T k_t);  S <- S + k_t u^T;  o_t = S^T (scale * q_t)
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/half.h"
+#include "kernels/common/status.h"
+
+namespace deltacheck::kernels::cpu {
+
+struct RecurrentDecodeParams {
+  int64_t num_seqs = 0;         // N
+  int64_t tokens_per_seq = 1;   // new tokens per sequence
+  int64_t num_heads = 1;        // H
+  int64_t num_value_heads = 1;  // HV, HV % H == 0 (value head i uses q/k head i / (HV / H))
+  int64_t key_dim = 0;          // K
+  int64_t value_dim = 0;        // V
+  ScalarType dtype = ScalarType::kFloat32;  // of q, k, v, beta and o
+  const void* q = nullptr;                  // [N, tokens, H, K]
+  const void* k = nullptr;                  // [N, tokens, H, K]
+  const void* v = nullptr;                  // [N, tokens, HV, V]
+  const float* g = nullptr;                 // [N, tokens, HV] fp32 log-space decay
+  const void* beta = nullptr;               // [N, tokens, HV]
+  void* o = nullptr;                        // [N, tokens, HV, V]
+  // fp32 [num_state_rows, HV, K, V]: sequence i starts from row state_slots[i] (or i) and leaves
+  // there the state after its last token. A negative slot marks a padding entry: nothing of it is
+  // read, written or computed (its outputs and token states included).
+  float* state = nullptr;
+  const int32_t* state_slots = nullptr;
+  int64_t num_state_rows = 0;  // 0: = N
+  // Optional fp32 [N, tokens, HV, K, V]: the state after each token, so a caller that accepts
+  // only the first m draft tokens can resume from token_states[i, m - 1].
+  float* token_states = nullptr;
+  float scale = 0.0f;          // <= 0: K^-0.5
+  bool use_qk_l2norm = false;  // x / sqrt(sum(x^2) + 1e-6) on q and k
+  int num_threads = 0;         // 0: all hardware threads
+};
+
+Status recurrent_decode(const RecurrentDecodeParams& p);
+
+}  // namespace deltacheck::kernels::cpu
