@@ -13,11 +13,11 @@ std::vector<BackendFactory>& extra_factories() {
   return f;
 }
 
-std::vector<std::unique_ptr<Backend>> all_backends() {
+std::vector<std::unique_ptr<Backend>> all_backends(const BackendOptions& options) {
   std::vector<std::unique_ptr<Backend>> v;
   v.push_back(make_cpu_backend());
   for (const BackendFactory& f : extra_factories())
-    for (auto& b : f()) v.push_back(std::move(b));
+    for (auto& b : f(options)) v.push_back(std::move(b));
   for (auto& b : make_wrong_backends()) v.push_back(std::move(b));
   return v;
 }
@@ -30,14 +30,14 @@ void register_backend_factory(BackendFactory factory) {
 
 std::vector<BackendInfo> list_backends() {
   std::vector<BackendInfo> out;
-  for (const auto& b : all_backends())
+  for (const auto& b : all_backends({}))
     out.push_back({b->name(), b->description(), b->deliberately_wrong()});
   return out;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& name) {
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options) {
   std::string known;
-  for (auto& b : all_backends()) {
+  for (auto& b : all_backends(options)) {
     if (b->name() == name) return std::move(b);
     known += (known.empty() ? "" : ", ") + b->name();
   }

@@ -4,12 +4,16 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "cases/case.h"
+#include "harness/backend.h"
+#include "harness/result.h"
 
 namespace deltacheck::cli {
 
@@ -36,6 +40,34 @@ void add_selection_options(CLI::App* app, Selection& s);
 std::vector<cases::Case> select_cases(const Selection& s);
 // "a,b" "c" -> {a, b, c}
 std::vector<std::string> split_commas(const std::vector<std::string>& items);
+
+// How results are shown and judged (--quiet, and later report formats): shared by every
+// command that runs cases (run, golden verify).
+struct OutputOptions {
+  bool quiet = false;
+};
+void add_output_options(CLI::App* app, OutputOptions& o);
+
+// Streams results to the console as they come, then prints the summary and returns the exit code.
+class ResultSink {
+ public:
+  ResultSink(const OutputOptions& o, std::string title);
+  void on_result(const harness::CaseResult& r);
+  int finish(const std::vector<harness::CaseResult>& results);
+
+ private:
+  OutputOptions options_;
+  bool color_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// --backend names plus the options some backends take (--device, --cmd, ...).
+struct BackendSelection {
+  std::vector<std::string> names{"cpu"};
+  harness::BackendOptions options;
+};
+void add_backend_options(CLI::App* app, BackendSelection& b);
+std::vector<std::unique_ptr<harness::Backend>> make_backends(const BackendSelection& b);
 
 Command add_run_command(CLI::App& app);
 Command add_list_command(CLI::App& app);
