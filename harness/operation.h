@@ -39,6 +39,15 @@ class Operation {
   // Number of packed sequences, and each one's token count.
   virtual std::vector<int64_t> sequence_lengths(const cases::Case& c) const = 0;
 
+  // Outputs compared bit-exactly instead of with a tolerance (masks, segment indices).
+  virtual bool exact(const cases::Case& c) const { return false; }
+  // Where flat element `index` of an output is and what decided it, for mismatch reports, e.g.
+  // "(b=0, q=3, kv=5): reference says masked by window".
+  virtual std::string describe_element(const cases::Case& c, const cases::TensorMap& inputs,
+                                       const std::string& output, int64_t index) const {
+    return "index " + std::to_string(index);
+  }
+
   // Sequence `seq` of a case as a case of its own (layout single[len]), with its slice of the
   // inputs and of any output values: the basis of the "alone" check that tells a leak (right
   // alone, wrong in the pack) from a plain failure.

@@ -29,6 +29,8 @@ struct SeqReport {
 struct TensorReport {
   std::string name;
   std::string dtype;
+  bool exact = false;  // compared bit-exactly: metrics.count elements, `mismatches` differ
+  int64_t mismatches = 0;
   Metrics metrics;
   Metrics baseline;  // the same-precision baseline's error, which sets the threshold
   Threshold threshold;

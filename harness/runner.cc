@@ -52,6 +52,41 @@ std::string integrity_problem(const cases::TensorMap& outputs) {
   return "";
 }
 
+bool same_bits(double a, double e) { return a == e || (std::isnan(a) && std::isnan(e)); }
+
+// Bit-exact comparison of one output: every element must equal its expectation.
+TensorReport judge_exact(const PreparedCase& pc, const OutputSpec& spec,
+                         const std::vector<double>& actual, const std::vector<double>& expected,
+                         std::vector<bool>& seq_bad) {
+  TensorReport tr;
+  tr.name = spec.name;
+  tr.dtype = cases::dtype_name(spec.dtype);
+  tr.exact = true;
+  const int64_t n = static_cast<int64_t>(actual.size());
+  tr.metrics.count = n;
+  for (int64_t i = 0; i < n; ++i)
+    if (!same_bits(actual[i], expected[i])) {
+      if (tr.mismatches++ == 0) tr.metrics.max_index = i;
+    }
+  tr.ok = tr.mismatches == 0;
+  tr.metrics.rel_rms = n > 0 ? static_cast<double>(tr.mismatches) / n : 0.0;
+  tr.metrics.max_abs = tr.ok ? 0.0 : 1.0;
+  tr.threshold = {0.0, 0.0, 0.0};
+  for (const SeqSlice& s : operation_for(pc.c).slices(pc.c, spec.name)) {
+    SeqReport sr;
+    sr.seq = s.seq;
+    sr.metrics.count = s.end - s.begin;
+    for (int64_t i = s.begin; i < s.end; ++i)
+      if (!same_bits(actual[i], expected[i])) {
+        if (sr.ok && s.per_token > 0) sr.first_bad_token = (i - s.begin) / s.per_token;
+        sr.ok = false;
+      }
+    if (!sr.ok && s.seq < static_cast<int64_t>(seq_bad.size())) seq_bad[s.seq] = true;
+    tr.seqs.push_back(sr);
+  }
+  return tr;
+}
+
 }  // namespace
 
 const char* verdict_name(Verdict v) {
@@ -119,6 +154,20 @@ CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
                           fmt::format("output '{}' missing or malformed", spec.name));
     const std::vector<double> actual = t->to_double();
     const std::vector<double>& expected = pc.expected.at(spec.name);
+    if (op.exact(pc.c)) {
+      all_zero = false;  // a mask of zeros is a meaningful answer
+      TensorReport tr = judge_exact(pc, spec, actual, expected, seq_bad);
+      if (!tr.ok && first_problem.empty()) {
+        const int64_t i = tr.metrics.max_index;
+        first_problem =
+            fmt::format("{} of {} elements of '{}' differ; first at {}: expected {} got {}",
+                        tr.mismatches, tr.metrics.count, tr.name,
+                        op.describe_element(pc.c, pc.inputs, tr.name, i), expected[i], actual[i]);
+      }
+      any_bad = any_bad || !tr.ok;
+      r.tensors.push_back(std::move(tr));
+      continue;
+    }
     const std::vector<double>& base = pc.baseline.at(spec.name);
     for (double x : expected) all_zero = all_zero && x == 0.0;
 

@@ -36,7 +36,13 @@ std::string verdict_cell(Verdict v, const ConsoleOptions& o) {
 
 std::string format_result_line(const harness::CaseResult& r, const ConsoleOptions& o) {
   std::string metric;
-  if (!r.worst_tensor.empty())
+  int64_t mismatches = 0, compared = 0;
+  bool exact = false;
+  for (const auto& t : r.tensors)
+    if (t.exact) exact = true, mismatches += t.mismatches, compared += t.metrics.count;
+  if (exact)
+    metric = fmt::format("{:<12} {} of {} differ", "exact", mismatches, compared);
+  else if (!r.worst_tensor.empty())
     metric = fmt::format("{:<12} rel_rms {:.1e} {} {:.1e}", r.worst_tensor, r.worst_rel_rms,
                          r.worst_rel_rms <= r.worst_threshold ? "<=" : "> ", r.worst_threshold);
   const std::string margin = r.worst_tensor.empty() ? "" : fmt::format("{:.2f}", r.margin);
