@@ -1,7 +1,5 @@
 // The gdr operation: outputs o [B,T,HV,V] (dtype of v) and final_state [N,HV,K,V] (fp32), the FP64
 // oracle from reference/gated_delta_rule, and the fp32 plain recurrence as tolerance baseline.
-#include <algorithm>
-#include <cstring>
 #include <stdexcept>
 
 #include "harness/gdr_problem.h"
@@ -90,54 +88,17 @@ class GdrOperation : public Operation {
     return gdr_dims(c).layout.lengths;
   }
 
-  bool can_isolate(const cases::Case& c) const override { return gdr_dims(c).N > 1; }
-
-  cases::Case alone_case(const cases::Case& c, int64_t seq) const override {
-    const GdrDims d = gdr_dims(c);
-    return c.with("layout", "single[" + std::to_string(d.layout.lengths.at(seq)) + "]");
+  TensorMajor major(const std::string& t) const override {
+    if (t == "initial_state" || t == "final_state") return TensorMajor::kSequence;
+    if (t == "q" || t == "k" || t == "v" || t == "g" || t == "beta" || t == "o")
+      return TensorMajor::kToken;
+    return TensorMajor::kNone;
   }
 
-  TensorMap alone_inputs(const cases::Case& c, const TensorMap& in, int64_t seq) const override {
-    const GdrDims d = gdr_dims(c);
-    const int64_t begin = token_begin(d, seq), len = d.layout.lengths.at(seq);
-    TensorMap out;
-    for (const Tensor& t : in.all()) {
-      if (t.name() == "cu_seqlens") continue;
-      if (t.name() == "initial_state") {
-        out.add(slice(t, seq, 1, {1, d.HV, d.K, d.V}));
-        continue;
-      }
-      std::vector<int64_t> shape = t.shape();  // [B, T, ...] -> [1, len, ...]
-      shape[0] = 1;
-      shape[1] = len;
-      out.add(slice(t, begin, len, shape));
-    }
-    return out;
-  }
-
-  Values alone_values(const cases::Case& c, const Values& v, int64_t seq) const override {
-    Values out;
-    for (const auto& [name, values] : v)
-      for (const SeqSlice& s : slices(c, name))
-        if (s.seq == seq) out[name].assign(values.begin() + s.begin, values.begin() + s.end);
-    return out;
-  }
-
- private:
-  static int64_t token_begin(const GdrDims& d, int64_t seq) {
-    if (d.layout.kind == cases::Layout::Kind::kBatch) return seq * d.T;
-    return d.layout.cu_seqlens()[seq];
-  }
-  // Rows [first, first + count) of the leading (flattened token or sequence) dimension.
-  static Tensor slice(const Tensor& t, int64_t first, int64_t count, std::vector<int64_t> shape) {
-    Tensor out(t.name(), t.dtype(), std::move(shape));
-    const size_t row = t.nbytes() / std::max<int64_t>(1, rows_of(t));
-    std::memcpy(out.data(), static_cast<const char*>(t.data()) + first * row, count * row);
-    return out;
-  }
-  static int64_t rows_of(const Tensor& t) {
-    // Token tensors are [B, T, ...] (rows = B * T); states are [N, ...] (rows = N).
-    return t.name() == "initial_state" ? t.shape()[0] : t.shape()[0] * t.shape()[1];
+  std::vector<std::pair<std::string, std::string>> carried_states(
+      const cases::Case& c) const override {
+    if (c.get("cache") == "none") return {};
+    return {{"final_state", "initial_state"}};
   }
 };
 

@@ -12,6 +12,8 @@
 
 namespace deltacheck::harness {
 
+enum class TensorMajor { kNone, kToken, kSequence };
+
 struct OutputSpec {
   std::string name;
   cases::DType dtype;
@@ -48,16 +50,13 @@ class Operation {
     return "index " + std::to_string(index);
   }
 
-  // Sequence `seq` of a case as a case of its own (layout single[len]), with its slice of the
-  // inputs and of any output values: the basis of the "alone" check that tells a leak (right
-  // alone, wrong in the pack) from a plain failure.
-  virtual bool can_isolate(const cases::Case& c) const { return false; }
-  virtual cases::Case alone_case(const cases::Case& c, int64_t seq) const { return c; }
-  virtual cases::TensorMap alone_inputs(const cases::Case& c, const cases::TensorMap& inputs,
-                                        int64_t seq) const {
-    return {};
-  }
-  virtual Values alone_values(const cases::Case& c, const Values& values, int64_t seq) const {
+  // How each input and output is laid out, for repacking sequences (harness/repack.h): token-major
+  // ([B, T, ...] or [T, ...]), sequence-major ([N, ...]), or neither (weights, copied as they are).
+  virtual TensorMajor major(const std::string& tensor) const { return TensorMajor::kNone; }
+  // Outputs that feed the next call's inputs when a sequence continues: {output, input} pairs,
+  // e.g. {"final_state", "initial_state"}. Empty when the op keeps no state.
+  virtual std::vector<std::pair<std::string, std::string>> carried_states(
+      const cases::Case& c) const {
     return {};
   }
 };

@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "cases/generate.h"
+#include "harness/probes.h"
+#include "harness/repack.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -274,7 +276,7 @@ CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
                       where.empty() ? first_problem : first_problem + " (" + where + ")");
 }
 
-CaseResult run_case(const PreparedCase& pc, Backend& backend) {
+CaseResult run_case(const PreparedCase& pc, Backend& backend, bool probes) {
   const auto t0 = std::chrono::steady_clock::now();
   CaseResult r = base_result(pc, backend.name());
   const Support s = backend.supports(pc.c);
@@ -300,21 +302,63 @@ CaseResult run_case(const PreparedCase& pc, Backend& backend) {
   r = judge(pc, outputs, backend.name());
   r.seconds_backend = backend_seconds;
   if (r.verdict == Verdict::kLeak) confirm_leak(pc, backend, r);
+  if (probes && (r.verdict == Verdict::kPass || r.verdict == Verdict::kFail)) {
+    r.probes = run_probes(pc, backend, outputs);
+    merge_probe_verdicts(r);
+  }
   r.seconds_total = seconds_since(t0);
   return r;
 }
 
-void confirm_leak(const PreparedCase& pc, Backend& backend, CaseResult& r) {
+void merge_probe_verdicts(CaseResult& r) {
+  // A leak seen by a probe is a leak even where the oracle comparison passed; a probe failure
+  // (non-determinism, split differing from one-shot) fails a passing case.
+  for (const ProbeReport& p : r.probes) {
+    const std::string line = fmt::format("probe {}: {}", p.name, p.detail);
+    if (p.verdict == Verdict::kLeak &&
+        (r.verdict == Verdict::kPass || r.verdict == Verdict::kFail)) {
+      r.message = r.verdict == Verdict::kPass ? line : r.message + "; " + line;
+      r.verdict = Verdict::kLeak;
+    } else if ((p.verdict == Verdict::kFail || p.verdict == Verdict::kError) &&
+               r.verdict == Verdict::kPass) {
+      r.verdict = p.verdict;
+      r.message = line;
+    }
+  }
+}
+
+PreparedCase prepare_pieces(const PreparedCase& pc, const std::vector<Piece>& pieces) {
   const Operation& op = operation_for(pc.c);
-  if (!op.can_isolate(pc.c) || r.leak_seq < 0) return;
+  const cases::Layout L = cases::Layout::parse(pc.c.get("layout"));
+  Repacked rp = repack(pc.c, pc.inputs, pieces);
+  PreparedCase out{rp.c, std::move(rp.tensors), {}, {}, op.outputs(rp.c)};
+  // Expectations of the pieces, cut from the whole case's (pieces start at offset 0 here or the
+  // slices would not be the expectation of a fresh sequence).
+  auto cut = [&](const Values& v) {
+    Values o;
+    for (const auto& [name, values] : v) {
+      std::vector<double>& dst = o[name];
+      for (const Piece& p : pieces) {
+        const auto part =
+            op.major(name) == TensorMajor::kSequence
+                ? row_values(values, L.num_seqs(), p.seq, 1)
+                : row_values(values, L.total_tokens(), token_row(L, p.seq, p.offset), p.length);
+        dst.insert(dst.end(), part.begin(), part.end());
+      }
+    }
+    return o;
+  };
+  out.expected = cut(pc.expected);
+  out.baseline = cut(pc.baseline);
+  return out;
+}
+
+void confirm_leak(const PreparedCase& pc, Backend& backend, CaseResult& r) {
+  if (r.leak_seq < 0 || operation_for(pc.c).major("o") == TensorMajor::kNone) return;
+  const cases::Layout L = cases::Layout::parse(pc.c.get("layout"));
   // Run the first wrong sequence by itself: right alone but wrong in the pack is a leak; wrong
   // alone too is a plain failure that merely happens to spare the first sequence.
-  PreparedCase alone{op.alone_case(pc.c, r.leak_seq),
-                     op.alone_inputs(pc.c, pc.inputs, r.leak_seq),
-                     op.alone_values(pc.c, pc.expected, r.leak_seq),
-                     op.alone_values(pc.c, pc.baseline, r.leak_seq),
-                     {}};
-  alone.outputs = op.outputs(alone.c);
+  const PreparedCase alone = prepare_pieces(pc, {{r.leak_seq, 0, L.lengths.at(r.leak_seq)}});
   cases::TensorMap outputs = allocate_outputs(alone.outputs);
   Verdict v = Verdict::kError;
   std::string why;
@@ -367,7 +411,7 @@ std::vector<CaseResult> run_all(const std::vector<cases::Case>& cs,
       } else {
         try {
           const PreparedCase pc = prepare(cs[i]);
-          for (Backend* b : backends) rs.push_back(run_case(pc, *b));
+          for (Backend* b : backends) rs.push_back(run_case(pc, *b, options.probes));
         } catch (const std::exception& e) {
           for (Backend* b : backends) {
             CaseResult r;

@@ -36,15 +36,25 @@ cases::TensorMap allocate_outputs(const std::vector<OutputSpec>& specs);
 CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
                  const std::string& backend_name, bool allow_degenerate = false);
 
-// Runs one backend on one prepared case (catching everything the backend throws).
-CaseResult run_case(const PreparedCase& pc, Backend& backend);
+// Runs one backend on one prepared case (catching everything the backend throws), then, when
+// `probes`, the oracle-free leakage probes (harness/probes.h).
+CaseResult run_case(const PreparedCase& pc, Backend& backend, bool probes = false);
+
+// Folds probe verdicts into the case verdict (probe leak -> leak; probe fail -> fail).
+void merge_probe_verdicts(CaseResult& r);
+
+// A prepared case made of pieces of another (alone, reordered, split), with the expectation and
+// baseline cut from the original's.
+struct Piece;
+PreparedCase prepare_pieces(const PreparedCase& pc, const std::vector<Piece>& pieces);
 
 // For a result judged leak: reruns the first wrong sequence alone and turns the verdict into fail
 // when that sequence is wrong by itself too.
 void confirm_leak(const PreparedCase& pc, Backend& backend, CaseResult& r);
 
 struct RunOptions {
-  int jobs = 1;  // cases prepared and run concurrently
+  int jobs = 1;        // cases prepared and run concurrently
+  bool probes = true;  // run the leakage probes after each oracle comparison
 };
 
 // Runs every case on every backend, streaming: each case is prepared, run and released before

@@ -51,7 +51,7 @@ std::string format_result_line(const harness::CaseResult& r, const ConsoleOption
   if (r.verdict != Verdict::kPass && !r.message.empty())
     line += fmt::format("{:12}{}\n", "", r.message);
   for (const harness::ProbeReport& p : r.probes)
-    if (p.verdict != Verdict::kPass)
+    if (p.verdict != Verdict::kPass && r.message.find("probe " + p.name) == std::string::npos)
       line += fmt::format("{:12}probe {}: {} {}\n", "", p.name, harness::verdict_name(p.verdict),
                           p.detail);
   return line;

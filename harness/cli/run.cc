@@ -14,6 +14,7 @@ struct RunArgs {
   BackendSelection backends;
   OutputOptions output;
   int jobs = 1;
+  bool no_probes = false;
 };
 
 int run(const RunArgs& a) {
@@ -26,6 +27,7 @@ int run(const RunArgs& a) {
   ResultSink sink(a.output, fmt::format("{} cases x {} backends", cs.size(), backends.size()));
   harness::RunOptions ropt;
   ropt.jobs = a.jobs;
+  ropt.probes = !a.no_probes;
   const auto results =
       harness::run_all(cs, backends, ropt, [&](const auto& r) { sink.on_result(r); });
   return sink.finish(results);
@@ -40,6 +42,8 @@ Command add_run_command(CLI::App& app) {
   add_backend_options(cmd, args->backends);
   add_output_options(cmd, args->output);
   cmd->add_option("--jobs,-j", args->jobs, "cases run concurrently")->capture_default_str();
+  cmd->add_flag("--no-probes", args->no_probes,
+                "skip the oracle-free leakage probes (repeat, isolation, alone, order, split)");
   return {cmd, [args] { return run(*args); }};
 }
 

@@ -1,0 +1,99 @@
+// Repacking sequences of a case.
+#include "harness/repack.h"
+
+#include <cstring>
+#include <stdexcept>
+
+namespace deltacheck::harness {
+namespace {
+
+std::string layout_of(const std::vector<Piece>& pieces) {
+  if (pieces.size() == 1) return "single[" + std::to_string(pieces[0].length) + "]";
+  std::string s = "packed[";
+  for (size_t i = 0; i < pieces.size(); ++i) s += (i ? "," : "") + std::to_string(pieces[i].length);
+  return s + "]";
+}
+
+// The shape of a token-major tensor with `rows` tokens, keeping the trailing dims.
+std::vector<int64_t> token_shape(const cases::Tensor& t, int64_t total_rows, int64_t rows) {
+  std::vector<int64_t> s = t.shape();
+  if (s.size() >= 2 && s[0] * s[1] == total_rows && !(s[0] == total_rows && s[1] != 1)) {
+    s[0] = 1;
+    s[1] = rows;
+  } else {
+    s[0] = rows;
+  }
+  return s;
+}
+
+}  // namespace
+
+int64_t token_row(const cases::Layout& layout, int64_t seq, int64_t offset) {
+  if (layout.kind == cases::Layout::Kind::kBatch) return seq * layout.row_length() + offset;
+  return layout.cu_seqlens()[seq] + offset;
+}
+
+std::vector<uint8_t> row_bytes(const cases::Tensor& t, TensorMajor major, int64_t total_rows,
+                               int64_t first, int64_t count) {
+  const int64_t rows = major == TensorMajor::kSequence ? t.shape().at(0) : total_rows;
+  if (rows <= 0) return {};
+  const size_t row = t.nbytes() / static_cast<size_t>(rows);
+  const uint8_t* p = static_cast<const uint8_t*>(t.data()) + first * row;
+  return std::vector<uint8_t>(p, p + count * row);
+}
+
+std::vector<double> row_values(const std::vector<double>& v, int64_t total_rows, int64_t first,
+                               int64_t count) {
+  if (total_rows <= 0) return {};
+  const size_t row = v.size() / static_cast<size_t>(total_rows);
+  return std::vector<double>(v.begin() + first * row, v.begin() + (first + count) * row);
+}
+
+Repacked repack(const cases::Case& c, const cases::TensorMap& in,
+                const std::vector<Piece>& pieces) {
+  const Operation& op = operation_for(c);
+  const cases::Layout L = cases::Layout::parse(c.get("layout"));
+  const int64_t total = L.total_tokens(), n = L.num_seqs();
+  Repacked r{c.with("layout", layout_of(pieces)), {}};
+  int64_t new_tokens = 0;
+  for (const Piece& p : pieces) {
+    if (p.seq < 0 || p.seq >= n || p.offset < 0 || p.offset + p.length > L.lengths[p.seq])
+      throw std::invalid_argument("repack: piece outside its sequence");
+    new_tokens += p.length;
+  }
+  for (const cases::Tensor& t : in.all()) {
+    if (t.name() == "cu_seqlens") continue;
+    const TensorMajor major = op.major(t.name());
+    if (major == TensorMajor::kNone) {
+      r.tensors.add(t);
+      continue;
+    }
+    std::vector<int64_t> shape;
+    if (major == TensorMajor::kToken) {
+      shape = token_shape(t, total, new_tokens);
+    } else {
+      shape = t.shape();
+      shape[0] = static_cast<int64_t>(pieces.size());
+    }
+    cases::Tensor out(t.name(), t.dtype(), shape);
+    uint8_t* dst = static_cast<uint8_t*>(out.data());
+    for (const Piece& p : pieces) {
+      const auto bytes = major == TensorMajor::kToken
+                             ? row_bytes(t, major, total, token_row(L, p.seq, p.offset), p.length)
+                             : row_bytes(t, major, total, p.seq, 1);
+      if (!bytes.empty()) std::memcpy(dst, bytes.data(), bytes.size());
+      dst += bytes.size();
+    }
+    r.tensors.add(std::move(out));
+  }
+  if (pieces.size() > 1) {
+    cases::Tensor cu("cu_seqlens", cases::DType::kI64, {static_cast<int64_t>(pieces.size()) + 1});
+    int64_t acc = 0;
+    cu.as<int64_t>()[0] = 0;
+    for (size_t i = 0; i < pieces.size(); ++i) cu.as<int64_t>()[i + 1] = acc += pieces[i].length;
+    r.tensors.add(std::move(cu));
+  }
+  return r;
+}
+
+}  // namespace deltacheck::harness
