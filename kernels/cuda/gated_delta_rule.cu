@@ -1,0 +1,234 @@
+// Host side of the CUDA gated delta rule: problem checks, launch configuration, dtype dispatch.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/gated_delta_rule.h"
+#include "kernels/cuda/gated_delta_rule_kernels.cuh"
+
+namespace deltacheck::kernels::cuda {
+namespace {
+
+int64_t sequence_count(const GatedDeltaRuleParams& p) {
+  return p.cu_seqlens ? p.num_seqs : p.batch;
+}
+
+gdr::KernelArgs make_args(const GatedDeltaRuleParams& p, float* token_states) {
+  gdr::KernelArgs a{};
+  a.seq_len = p.seq_len;
+  a.num_heads = p.num_heads;
+  a.num_value_heads = p.num_value_heads;
+  a.key_dim = static_cast<int>(p.key_dim);
+  a.value_dim = p.value_dim;
+  a.q = p.q;
+  a.k = p.k;
+  a.v = p.v;
+  a.g = p.g;
+  a.beta = p.beta;
+  a.o = p.o;
+  a.cu_seqlens = p.cu_seqlens;
+  a.num_seqs = sequence_count(p);
+  a.initial_state = p.initial_state;
+  a.final_state = p.final_state;
+  a.state_slots = p.state_slots;
+  a.num_state_rows = p.num_state_rows > 0 ? p.num_state_rows : a.num_seqs;
+  a.token_states = token_states;
+  a.scale = p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.key_dim));
+  a.use_qk_l2norm = p.use_qk_l2norm;
+  a.chunk_size = static_cast<int>(p.chunk_size);
+  a.num_value_blocks = ceil_div(p.value_dim, gdr::kBlockV);
+  a.num_items = a.num_seqs * p.num_value_heads * a.num_value_blocks;
+  return a;
+}
+
+enum class Algorithm { kChunked, kRecurrent };
+
+template <typename T>
+Status launch(Algorithm algo, const gdr::KernelArgs& a, cudaStream_t stream) {
+  const int64_t smem = algo == Algorithm::kChunked ? gdr::chunked_smem_bytes(a.key_dim)
+                                                   : gdr::recurrent_smem_bytes(a.key_dim);
+  void (*kernel)(gdr::KernelArgs) =
+      algo == Algorithm::kChunked ? gdr::chunked_kernel<T> : gdr::recurrent_kernel<T>;
+  int device = 0;
+  if (Status st = cuda_status(cudaGetDevice(&device), "cudaGetDevice"); !st.ok()) return st;
+  int smem_limit = 0;
+  if (Status st = cuda_status(
+          cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+          "cudaDeviceGetAttribute");
+      !st.ok())
+    return st;
+  if (smem > smem_limit) {
+    return Status::Unsupported("gated delta rule: needs " + std::to_string(smem) +
+                               " bytes of shared memory per block, the device allows " +
+                               std::to_string(smem_limit));
+  }
+  if (Status st =
+          cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem)),
+                      "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+      !st.ok())
+    return st;
+  // One CTA per work item up to the grid.x limit; beyond it the kernels loop over items.
+  const int64_t grid = std::min<int64_t>(a.num_items, std::numeric_limits<int32_t>::max());
+  kernel<<<static_cast<unsigned>(grid), gdr::kThreads, static_cast<size_t>(smem), stream>>>(a);
+  return cuda_status(cudaGetLastError(), algo == Algorithm::kChunked
+                                             ? "launch of the chunked gated delta rule"
+                                             : "launch of the recurrent gated delta rule");
+}
+
+Status check_common(const GatedDeltaRuleParams& p);
+
+Status run(Algorithm algo, const GatedDeltaRuleParams& p, float* token_states,
+           cudaStream_t stream) {
+  const Status st =
+      algo == Algorithm::kChunked ? gated_delta_rule_can_implement(p) : check_common(p);
+  if (!st.ok()) return st;
+  const gdr::KernelArgs a = make_args(p, token_states);
+  if (a.num_items == 0) return Status::Ok();
+  switch (p.dtype) {
+    case ScalarType::kFloat32:
+      return launch<float>(algo, a, stream);
+    case ScalarType::kBFloat16:
+      return launch<__nv_bfloat16>(algo, a, stream);
+    case ScalarType::kFloat16:
+      return launch<__half>(algo, a, stream);
+  }
+  return Status::InvalidArgument("gated delta rule: unknown dtype");
+}
+
+// What both kernels require (the recurrent kernel ignores chunk_size).
+Status check_common(const GatedDeltaRuleParams& p) {
+  if (p.batch < 1 || p.seq_len < 0) return Status::InvalidArgument("batch must be >= 1, T >= 0");
+  if (p.num_heads < 1 || p.num_value_heads < 1 || p.key_dim < 1 || p.value_dim < 1)
+    return Status::InvalidArgument("head counts and head dims must be >= 1");
+  if (p.num_value_heads % p.num_heads != 0) return Status::InvalidArgument("HV % H != 0");
+  if (!p.q || !p.k || !p.v || !p.g || !p.beta || !p.o)
+    return Status::InvalidArgument("q, k, v, g, beta and o are required");
+  if (p.dtype != ScalarType::kFloat32 && p.dtype != ScalarType::kBFloat16 &&
+      p.dtype != ScalarType::kFloat16)
+    return Status::InvalidArgument("unknown dtype");
+  if (p.key_dim > gdr::kMaxKeyDim) {
+    return Status::Unsupported("key_dim " + std::to_string(p.key_dim) +
+                               " > 128: q/k tiles and per-thread state rows are sized for 128");
+  }
+  if (p.cu_seqlens) {
+    if (p.batch != 1) return Status::InvalidArgument("cu_seqlens requires batch == 1");
+    if (p.num_seqs < 0) return Status::InvalidArgument("num_seqs must be >= 0");
+  }
+  const int64_t n = sequence_count(p);
+  if (!p.state_slots && p.num_state_rows > 0 && p.num_state_rows < n &&
+      (p.initial_state || p.final_state)) {
+    return Status::InvalidArgument("num_state_rows " + std::to_string(p.num_state_rows) + " < " +
+                                   std::to_string(n) + " sequences without state_slots");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status gated_delta_rule_can_implement(const GatedDeltaRuleParams& p) {
+  if (Status st = check_common(p); !st.ok()) return st;
+  if (p.chunk_size < 1) return Status::InvalidArgument("chunk_size must be >= 1");
+  if (p.chunk_size > gdr::kChunk) {
+    return Status::Unsupported("chunk_size " + std::to_string(p.chunk_size) +
+                               " > 64: the chunk tiles are sized for 64 tokens");
+  }
+  return Status::Ok();
+}
+
+Status validate_sequence_layout(const GatedDeltaRuleParams& p, cudaStream_t stream) {
+  if (Status st = check_common(p); !st.ok()) return st;
+  const int64_t n = sequence_count(p);
+  std::vector<int64_t> cu;
+  std::vector<int32_t> slots;
+  if (p.cu_seqlens) {
+    cu.resize(static_cast<size_t>(n + 1));
+    if (Status st =
+            cuda_status(cudaMemcpyAsync(cu.data(), p.cu_seqlens, cu.size() * sizeof(int64_t),
+                                        cudaMemcpyDeviceToHost, stream),
+                        "copy of cu_seqlens");
+        !st.ok())
+      return st;
+  }
+  if (p.state_slots) {
+    slots.resize(static_cast<size_t>(n));
+    if (Status st =
+            cuda_status(cudaMemcpyAsync(slots.data(), p.state_slots, slots.size() * sizeof(int32_t),
+                                        cudaMemcpyDeviceToHost, stream),
+                        "copy of state_slots");
+        !st.ok())
+      return st;
+  }
+  if (Status st = cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize"); !st.ok())
+    return st;
+  if (p.cu_seqlens) {
+    if (cu[0] != 0) return Status::InvalidArgument("cu_seqlens[0] must be 0");
+    if (cu[static_cast<size_t>(n)] != p.seq_len)
+      return Status::InvalidArgument("cu_seqlens must end at T");
+    for (int64_t i = 0; i < n; ++i) {
+      if (cu[static_cast<size_t>(i + 1)] < cu[static_cast<size_t>(i)])
+        return Status::InvalidArgument("cu_seqlens decreases at " + std::to_string(i + 1));
+    }
+  }
+  if (p.state_slots) {
+    const int64_t rows = p.num_state_rows > 0 ? p.num_state_rows : n;
+    std::unordered_set<int32_t> seen;
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t s = slots[static_cast<size_t>(i)];
+      if (s >= rows) {
+        return Status::InvalidArgument("state slot " + std::to_string(s) + " of sequence " +
+                                       std::to_string(i) + " >= rows " + std::to_string(rows));
+      }
+      if (s >= 0 && !seen.insert(s).second) {
+        return Status::InvalidArgument("state slot " + std::to_string(s) +
+                                       " is used by two sequences");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status chunked_gated_delta_rule(const GatedDeltaRuleParams& p, cudaStream_t stream) {
+  return run(Algorithm::kChunked, p, nullptr, stream);
+}
+
+Status recurrent_gated_delta_rule(const GatedDeltaRuleParams& p, cudaStream_t stream) {
+  return run(Algorithm::kRecurrent, p, nullptr, stream);
+}
+
+Status recurrent_decode(const RecurrentDecodeParams& p, cudaStream_t stream) {
+  if (p.num_seqs < 0 || p.tokens_per_seq < 0)
+    return Status::InvalidArgument("num_seqs and tokens_per_seq must be >= 0");
+  if (!p.state) return Status::InvalidArgument("recurrent_decode: state is required");
+  if (p.num_seqs == 0) return Status::Ok();
+  GatedDeltaRuleParams r;
+  r.batch = p.num_seqs;
+  r.seq_len = p.tokens_per_seq;
+  r.num_heads = p.num_heads;
+  r.num_value_heads = p.num_value_heads;
+  r.key_dim = p.key_dim;
+  r.value_dim = p.value_dim;
+  r.dtype = p.dtype;
+  r.q = p.q;
+  r.k = p.k;
+  r.v = p.v;
+  r.g = p.g;
+  r.beta = p.beta;
+  r.o = p.o;
+  r.initial_state = p.state;
+  r.final_state = p.state;
+  r.state_slots = p.state_slots;
+  r.num_state_rows = p.num_state_rows;
+  r.scale = p.scale;
+  r.use_qk_l2norm = p.use_qk_l2norm;
+  return run(Algorithm::kRecurrent, r, p.token_states, stream);
+}
+
+}  // namespace deltacheck::kernels::cuda
