@@ -141,12 +141,24 @@ int64_t Case::get_int(const std::string& key) const {
   return v;
 }
 
+bool Case::has(const std::string& key) const {
+  for (const auto& kv : params_)
+    if (kv.first == key) return true;
+  return false;
+}
+
 Case Case::with(const std::string& key, const std::string& value) const {
+  return with(std::vector<std::pair<std::string, std::string>>{{key, value}});
+}
+
+Case Case::with(const std::vector<std::pair<std::string, std::string>>& changes) const {
   auto p = params_;
-  bool found = false;
-  for (auto& kv : p)
-    if (kv.first == key) kv.second = value, found = true;
-  if (!found) p.emplace_back(key, value);
+  for (const auto& [key, value] : changes) {
+    bool found = false;
+    for (auto& kv : p)
+      if (kv.first == key) kv.second = value, found = true;
+    if (!found) p.emplace_back(key, value);
+  }
   return Case(op_, p);
 }
 

@@ -56,8 +56,11 @@ class Case {
   int64_t get_int(const std::string& key) const;
   bool get_bool(const std::string& key) const { return get_int(key) != 0; }
   uint64_t seed() const { return static_cast<uint64_t>(get_int("seed")); }
+  bool has(const std::string& key) const;
   // A copy with one parameter changed (re-validated, new id).
   Case with(const std::string& key, const std::string& value) const;
+  // A copy with several parameters changed at once (validated together).
+  Case with(const std::vector<std::pair<std::string, std::string>>& changes) const;
   const std::vector<std::pair<std::string, std::string>>& params() const { return params_; }
 
   bool operator==(const Case& o) const { return id_ == o.id_; }

@@ -1,8 +1,10 @@
 // The gdr operation: gated delta rule prefill. Schema, input generation and suite cases.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "cases/det_math.h"
+#include "cases/gdr_case.h"
 #include "cases/op.h"
 #include "cases/rng.h"
 #include "cases/suites.h"
@@ -25,15 +27,25 @@ void check_gdr(const Case& c) {
   if (c.get_int("HV") % c.get_int("H") != 0)
     throw CaseIdError("HV % H != 0 (HV=" + c.get("HV") + ", H=" + c.get("H") + ")");
   const Layout L = Layout::parse(c.get("layout"));
-  if (c.get("cache") == "none" && c.get("state") != "none")
+  const std::string cache = c.get("cache");
+  if (cache == "none" && c.get("state") != "none")
     throw CaseIdError("cache=none takes no initial state (state=" + c.get("state") + ")");
+  if (cache == "decode")
+    for (int64_t l : L.lengths)
+      if (l != 1) throw CaseIdError("cache=decode needs one token per sequence (packed[1*N])");
+  if (cache == "spec")
+    for (int64_t l : L.lengths)
+      if (l != L.lengths[0])
+        throw CaseIdError("cache=spec needs sequences of equal length (batch[NxT]: T drafts)");
+  if ((cache == "pool" || cache == "spec") && c.get("state") == "none")
+    throw CaseIdError("cache=" + cache + " reads states from a pool: state must not be none");
   (void)L;
 }
 
 OpSchema gdr_schema() {
   return OpSchema{
       "gdr",
-      "gated delta rule prefill: o, final state",
+      "gated delta rule: o, final state (pool modes: the state pool after the call)",
       {
           {"layout", K::kLayout, "single[64]", {}, 0, 0, "token layout"},
           integer("H", "2", 1, 1024, "q/k heads"),
@@ -50,8 +62,15 @@ OpSchema gdr_schema() {
           integer("l2", "1", 0, 1, "in-kernel L2 norm of q, k (else pre-normalized)"),
           choice("state", "rand", {"none", "rand", "mixed"},
                  "initial state: zeros | random | alternating zero and random"),
-          choice("cache", "prefill", {"none", "prefill"},
-                 "none: no state in or out; prefill: initial state in, final out"),
+          choice("cache", "prefill",
+                 {"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec"},
+                 "none: no state in or out | prefill: initial state in, final out | decode: one "
+                 "token per sequence | chunked: each sequence prefilled in several calls | "
+                 "dynamic: prefill then one-token decode steps | pool: states in a slot-addressed "
+                 "pool with padding entries | spec: multi-token decode writing a state per token"),
+          integer("calls", "3", 1, 64,
+                  "chunked: pieces per sequence; dynamic: decode steps; pool: padding entries; "
+                  "spec: draft tokens (layout batch[NxT] is then N sequences of T drafts)"),
           seed_param(),
       },
       check_gdr};
@@ -170,6 +189,15 @@ TensorMap generate_gdr(const Case& c, const GenOptions& o) {
     for (size_t i = 0; i < cu.size(); ++i) t.as<int64_t>()[i] = cu[i];
   }
   const std::string state = c.get("state");
+  if (c.get("cache") == "pool" || c.get("cache") == "spec") {
+    Tensor& pool = m.add(Tensor("state_pool", DType::kF32, {gdr_pool_size(c), d.HV, d.K, d.V}));
+    const Stream sp(c.seed(), "state_pool");
+    for (int64_t i = 0; i < pool.numel(); ++i) pool.set(i, static_cast<float>(0.5 * sp.normal(i)));
+    const std::vector<int32_t> slots = gdr_pool_slots(c);
+    Tensor& slot = m.add(Tensor("state_slots", DType::kI32, {d.N}));
+    for (int64_t s = 0; s < d.N; ++s) slot.as<int32_t>()[s] = slots[s];
+    return m;
+  }
   if (c.get("cache") != "none" && state != "none") {
     Tensor& s0 = m.add(Tensor("initial_state", DType::kF32, {d.N, d.HV, d.K, d.V}));
     const int64_t per = d.HV * d.K * d.V;
@@ -224,6 +252,25 @@ void gdr_suite(SuiteBuilder& b, Tier t) {
     add({{"layout", l}, {"state", "none"}});
     add({{"layout", l}, {"cache", "none"}, {"state", "none"}});
   }
+  // Cache modes: decode, chunked prefill, dynamic (prefill then decode), pooled states, and
+  // multi-token (speculative) decode.
+  for (const auto& dt : tier == 0 ? std::vector<std::string>{"fp32"} : dtypes) {
+    add({{"layout", "packed[1*8]"}, {"cache", "decode"}, {"dtype", dt}});
+    add({{"layout", "packed[63,0,65]"}, {"cache", "chunked"}, {"dtype", dt}});
+    add({{"layout", "packed[3*8,300,2*8]"}, {"cache", "dynamic"}, {"dtype", dt}});
+    add({{"layout", "packed[1*12]"}, {"cache", "pool"}, {"dtype", dt}});
+    add({{"layout", "batch[6x3]"}, {"cache", "spec"}, {"dtype", dt}});
+  }
+  if (tier >= 1) {
+    for (const auto& l : {"packed[1,2,15,16]", "single[129]", "packed[127,0,129]"})
+      for (const auto& calls : {"2", "5"}) add({{"layout", l}, {"cache", "chunked"}, {"calls", calls}});
+    add({{"layout", "packed[1*40,2*30,3*20]"}, {"cache", "dynamic"}, {"calls", "4"}});
+    add({{"layout", "packed[0,37,64]"}, {"cache", "dynamic"}, {"state", "mixed"}});
+    add({{"layout", "packed[16,64,65]"}, {"cache", "pool"}, {"calls", "1"}});
+    add({{"layout", "packed[1*64]"}, {"cache", "pool"}, {"calls", "8"}, {"gate", "tail"}});
+    add({{"layout", "batch[16x4]"}, {"cache", "spec"}, {"K", "128"}, {"V", "128"}});
+    add({{"layout", "packed[1*8]"}, {"cache", "decode"}, {"K", "100"}, {"V", "60"}});
+  }
   // Head dims (incl. odd ones) and GVA ratios.
   for (const auto& kv : tier == 0 ? std::vector<std::string>{"60"}
                                   : std::vector<std::string>{"64", "128", "60", "100"})
@@ -254,6 +301,27 @@ void gdr_suite(SuiteBuilder& b, Tier t) {
 }
 
 }  // namespace
+
+int64_t gdr_pool_size(const Case& c) {
+  const int64_t n = Layout::parse(c.get("layout")).num_seqs();
+  return n + n / 2 + 1;
+}
+
+std::vector<int32_t> gdr_pool_slots(const Case& c) {
+  // Each sequence gets a distinct slot in shuffled order; for cache=pool the last `calls`
+  // sequences are padding entries (slot -1); a third of the slots belong to nobody and must come
+  // back bit-identical.
+  const int64_t n = Layout::parse(c.get("layout")).num_seqs(), slots = gdr_pool_size(c);
+  const int64_t padding = c.get("cache") == "pool" ? std::min(c.get_int("calls"), n - 1) : 0;
+  std::vector<int64_t> order(static_cast<size_t>(slots));
+  for (int64_t i = 0; i < slots; ++i) order[i] = i;
+  const Stream sh(c.seed(), "state_slots");
+  for (int64_t i = slots - 1; i > 0; --i)  // Fisher-Yates with our own uniform
+    std::swap(order[i], order[static_cast<int64_t>(sh.uniform(i) * static_cast<double>(i + 1))]);
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  for (int64_t s = 0; s < n; ++s) out[s] = s >= n - padding ? -1 : static_cast<int32_t>(order[s]);
+  return out;
+}
 
 OpDefinition gdr_definition() { return {gdr_schema(), generate_gdr, gdr_input_bytes, gdr_suite}; }
 

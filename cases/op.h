@@ -50,5 +50,7 @@ const OpDefinition& find_op(const std::string& op);  // throws CaseIdError
 
 // One per operation file.
 OpDefinition gdr_definition();
+OpDefinition layer_definition();
+OpDefinition mask_definition(), layers_definition(), segments_definition();  // mask_case.cc
 
 }  // namespace deltacheck::cases

@@ -139,7 +139,22 @@ void Tensor::set(int64_t i, double x) {
 
 std::vector<double> Tensor::to_double() const {
   std::vector<double> out(static_cast<size_t>(numel_));
-  for (int64_t i = 0; i < numel_; ++i) out[i] = get(i);
+  // The type switch once per tensor, not per element: this runs on every output of every case.
+  auto convert = [&](auto element) {
+    for (int64_t i = 0; i < numel_; ++i) out[i] = element(i);
+  };
+  const void* p = data();
+  switch (dtype_) {
+    case DType::kF32:
+      convert([&](int64_t i) { return static_cast<double>(static_cast<const float*>(p)[i]); });
+      break;
+    case DType::kF64:
+      convert([&](int64_t i) { return static_cast<const double*>(p)[i]; });
+      break;
+    default:
+      convert([&](int64_t i) { return get(i); });
+      break;
+  }
   return out;
 }
 
@@ -163,58 +178,93 @@ constexpr uint16_t kPoisonF16 = 0x7ea5u;
 constexpr uint64_t kPoisonF64 = 0x7ff8a5a5a5a5a5a5ull;
 }  // namespace
 
+namespace {
+// Element i of n elements of sizeof(U) bytes at p, as raw bits.
+template <typename U>
+U bits_at(const uint8_t* p, int64_t i) {
+  U x;
+  std::memcpy(&x, p + i * static_cast<int64_t>(sizeof(U)), sizeof(U));
+  return x;
+}
+
+template <typename U>
+void fill_bits(uint8_t* p, int64_t n, U bits) {
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(p + i * static_cast<int64_t>(sizeof(U)), &bits, sizeof(U));
+}
+
+// Elements equal to `bits`, and the first of them: a branch-free count first (it vectorizes),
+// the search only when something is still poisoned.
+template <typename U>
+int64_t count_bits(const uint8_t* p, int64_t n, U bits, int64_t* first) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) count += bits_at<U>(p, i) == bits;
+  if (first) {
+    *first = -1;
+    for (int64_t i = 0; count > 0 && i < n; ++i)
+      if (bits_at<U>(p, i) == bits) {
+        *first = i;
+        break;
+      }
+  }
+  return count;
+}
+}  // namespace
+
 void Tensor::poison() {
   uint8_t* p = static_cast<uint8_t*>(data());
-  for (int64_t i = 0; i < numel_; ++i) {
-    switch (dtype_) {
-      case DType::kF32:
-        std::memcpy(p + 4 * i, &kPoisonF32, 4);
-        break;
-      case DType::kBF16:
-        std::memcpy(p + 2 * i, &kPoisonBF16, 2);
-        break;
-      case DType::kF16:
-        std::memcpy(p + 2 * i, &kPoisonF16, 2);
-        break;
-      case DType::kF64:
-        std::memcpy(p + 8 * i, &kPoisonF64, 8);
-        break;
-      default:
-        std::memset(p + i * dtype_size(dtype_), 0xA5, dtype_size(dtype_));
-        break;
-    }
+  switch (dtype_) {
+    case DType::kF32:
+      fill_bits<uint32_t>(p, numel_, kPoisonF32);
+      break;
+    case DType::kBF16:
+      fill_bits<uint16_t>(p, numel_, kPoisonBF16);
+      break;
+    case DType::kF16:
+      fill_bits<uint16_t>(p, numel_, kPoisonF16);
+      break;
+    case DType::kF64:
+      fill_bits<uint64_t>(p, numel_, kPoisonF64);
+      break;
+    default:
+      std::memset(p, 0xA5, nbytes());
+      break;
   }
+}
+
+namespace {
+void poison_pattern(DType t, uint8_t* pattern) {
+  switch (t) {
+    case DType::kF32: std::memcpy(pattern, &kPoisonF32, 4); break;
+    case DType::kBF16: std::memcpy(pattern, &kPoisonBF16, 2); break;
+    case DType::kF16: std::memcpy(pattern, &kPoisonF16, 2); break;
+    case DType::kF64: std::memcpy(pattern, &kPoisonF64, 8); break;
+    default: std::memset(pattern, 0xA5, 8); break;
+  }
+}
+}  // namespace
+
+bool Tensor::is_poisoned(int64_t i) const {
+  uint8_t pattern[8];
+  poison_pattern(dtype_, pattern);
+  const int es = dtype_size(dtype_);
+  return std::memcmp(static_cast<const uint8_t*>(data()) + i * es, pattern, es) == 0;
 }
 
 int64_t Tensor::count_poisoned(int64_t* first) const {
   const uint8_t* p = static_cast<const uint8_t*>(data());
-  const int es = dtype_size(dtype_);
   uint8_t pattern[8];
-  switch (dtype_) {
-    case DType::kF32:
-      std::memcpy(pattern, &kPoisonF32, 4);
-      break;
-    case DType::kBF16:
-      std::memcpy(pattern, &kPoisonBF16, 2);
-      break;
-    case DType::kF16:
-      std::memcpy(pattern, &kPoisonF16, 2);
-      break;
-    case DType::kF64:
-      std::memcpy(pattern, &kPoisonF64, 8);
-      break;
+  poison_pattern(dtype_, pattern);
+  switch (dtype_size(dtype_)) {
+    case 1:
+      return count_bits<uint8_t>(p, numel_, pattern[0], first);
+    case 2:
+      return count_bits<uint16_t>(p, numel_, bits_at<uint16_t>(pattern, 0), first);
+    case 4:
+      return count_bits<uint32_t>(p, numel_, bits_at<uint32_t>(pattern, 0), first);
     default:
-      std::memset(pattern, 0xA5, 8);
-      break;
+      return count_bits<uint64_t>(p, numel_, bits_at<uint64_t>(pattern, 0), first);
   }
-  int64_t n = 0;
-  if (first) *first = -1;
-  for (int64_t i = 0; i < numel_; ++i)
-    if (std::memcmp(p + i * es, pattern, es) == 0) {
-      if (n == 0 && first) *first = i;
-      ++n;
-    }
-  return n;
 }
 
 Tensor& TensorMap::add(Tensor t) {

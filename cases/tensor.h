@@ -57,6 +57,7 @@ class Tensor {
   void poison();
   // Elements still holding the poison bit pattern (never written), and the first such index.
   int64_t count_poisoned(int64_t* first = nullptr) const;
+  bool is_poisoned(int64_t i) const;
 
   // Raw storage including guards, for comparisons of whole buffers.
   const std::vector<uint8_t>& storage() const { return storage_; }

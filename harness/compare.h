@@ -29,4 +29,10 @@ std::vector<double> token_errors(const std::vector<double>& actual,
                                  const std::vector<double>& expected, int64_t begin, int64_t end,
                                  int64_t per_token);
 
+// Largest |Δ| of each head of each token of a [..., tokens, heads, per_token / heads] tensor:
+// result[h][t] (per-head error plots).
+std::vector<std::vector<double>> head_token_errors(const std::vector<double>& actual,
+                                                   const std::vector<double>& expected,
+                                                   int64_t per_token, int64_t heads);
+
 }  // namespace deltacheck::harness

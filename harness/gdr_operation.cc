@@ -1,9 +1,15 @@
-// The gdr operation: outputs o [B,T,HV,V] (dtype of v) and final_state [N,HV,K,V] (fp32), the FP64
-// oracle from reference/gated_delta_rule, and the fp32 plain recurrence as tolerance baseline.
+// The gdr operation. Outputs: o [B,T,HV,V] (dtype of v) and final_state [N,HV,K,V] (fp32); in the
+// pool modes the state pool after the call instead of final_state, and for multi-token decode
+// (spec) the state after every draft token. The FP64 oracle is reference/gated_delta_rule; the
+// tolerance baseline is the fp32 plain recurrence. Pool and spec cases are evaluated as plain
+// prefills of repacked sequences (a sequence per pool entry, a prefix per draft token), so one
+// code path computes every expectation.
 #include <stdexcept>
 
+#include "cases/gdr_case.h"
 #include "harness/gdr_problem.h"
 #include "harness/operation.h"
+#include "harness/repack.h"
 #include "kernels/cpu/gated_delta_rule.h"
 #include "reference/gated_delta_rule.h"
 
@@ -14,72 +20,154 @@ using cases::DType;
 using cases::Tensor;
 using cases::TensorMap;
 
+bool pooled(const cases::Case& c) { return c.get("cache") == "pool" || c.get("cache") == "spec"; }
+
+// FP64 prefill of a (non-pool) case.
+Values reference_prefill(const cases::Case& c, const TensorMap& in) {
+  const GdrDims d = gdr_dims(c);
+  const std::vector<double> q = in.at("q").to_double(), k = in.at("k").to_double(),
+                            v = in.at("v").to_double(), g = in.at("g").to_double(),
+                            beta = in.at("beta").to_double();
+  std::vector<double> s0;
+  reference::GatedDeltaRuleArgs a;
+  a.batch = d.B;
+  a.seq_len = d.T;
+  a.num_heads = d.H;
+  a.num_value_heads = d.HV;
+  a.key_dim = d.K;
+  a.value_dim = d.V;
+  a.q = q.data();
+  a.k = k.data();
+  a.v = v.data();
+  a.g = g.data();
+  a.beta = beta.data();
+  if (const Tensor* cu = in.find("cu_seqlens"))
+    a.cu_seqlens.assign(cu->as<int64_t>(), cu->as<int64_t>() + cu->numel());
+  if (const Tensor* t = in.find("initial_state")) {
+    s0 = t->to_double();
+    a.initial_state = s0.data();
+  }
+  a.use_qk_l2norm = d.l2;
+  reference::GatedDeltaRuleResult r = reference::gated_delta_rule(a);
+  return {{"o", std::move(r.output)}, {"final_state", std::move(r.final_state)}};
+}
+
+// The fp32 recurrence on the same inputs (tolerance baseline) of a (non-pool) case.
+Values baseline_prefill(const cases::Case& c, const TensorMap& in) {
+  const GdrDims d = gdr_dims(c);
+  TensorMap out;
+  out.add(Tensor("o", d.dtype, {d.B, d.T, d.HV, d.V}));
+  out.add(Tensor("final_state", DType::kF32, {d.N, d.HV, d.K, d.V}));
+  const Status st = kernels::cpu::recurrent_gated_delta_rule(gdr_params(c, in, out));
+  if (!st.ok()) throw std::runtime_error("baseline recurrence failed: " + st.message());
+  return {{"o", out.at("o").to_double()}, {"final_state", out.at("final_state").to_double()}};
+}
+
+using Evaluate = Values (*)(const cases::Case&, const TensorMap&);
+
+// Pool and spec cases through a prefill evaluation: every entry's (or draft prefix's) initial
+// state is its pool row; results are scattered back into the pool.
+Values evaluate_pooled(const cases::Case& c, const TensorMap& in, Evaluate eval) {
+  const GdrDims d = gdr_dims(c);
+  const bool spec = c.get("cache") == "spec";
+  const int32_t* slots = in.at("state_slots").as<int32_t>();
+  const Tensor& pool = in.at("state_pool");
+  const int64_t per = d.HV * d.K * d.V;
+  std::vector<Piece> pieces;
+  for (int64_t s = 0; s < d.N; ++s) {
+    if (slots[s] < 0) continue;  // padding entry
+    if (spec)
+      for (int64_t t = 0; t < d.layout.lengths[s]; ++t) pieces.push_back({s, 0, t + 1});
+    else
+      pieces.push_back({s, 0, d.layout.lengths[s]});
+  }
+  std::vector<double> pool_after = pool.to_double();
+  Values out{{"o", std::vector<double>(static_cast<size_t>(d.B * d.T * d.HV * d.V), 0.0)},
+             {"state_pool", pool_after}};
+  if (spec) out["token_states"].assign(static_cast<size_t>(d.N * d.T * per), 0.0);
+  if (pieces.empty()) return out;
+  Repacked rp = repack(c, in, pieces, {{"cache", "prefill"}, {"state", "rand"}});
+  Tensor s0("initial_state", DType::kF32, {static_cast<int64_t>(pieces.size()), d.HV, d.K, d.V});
+  for (size_t i = 0; i < pieces.size(); ++i)
+    for (int64_t j = 0; j < per; ++j) s0.set(i * per + j, pool.get(slots[pieces[i].seq] * per + j));
+  rp.tensors.add(std::move(s0));
+  const Values r = eval(rp.c, rp.tensors);
+  const int64_t row = d.HV * d.V;
+  int64_t token = 0;  // first token row of piece i in the repacked case
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& p = pieces[i];
+    const int64_t dst = token_row(d.layout, p.seq, 0);
+    const bool last = !spec || p.length == d.layout.lengths[p.seq];
+    if (last) {
+      for (int64_t j = 0; j < p.length * row; ++j) out["o"][dst * row + j] = r.at("o")[token * row + j];
+      for (int64_t j = 0; j < per; ++j)
+        out["state_pool"][slots[p.seq] * per + j] = r.at("final_state")[i * per + j];
+    }
+    if (spec)
+      for (int64_t j = 0; j < per; ++j)
+        out["token_states"][(p.seq * d.T + p.length - 1) * per + j] =
+            r.at("final_state")[i * per + j];
+    token += p.length;
+  }
+  return out;
+}
+
 class GdrOperation : public Operation {
  public:
   std::vector<OutputSpec> outputs(const cases::Case& c) const override {
     const GdrDims d = gdr_dims(c);
     std::vector<OutputSpec> o{{"o", d.dtype, {d.B, d.T, d.HV, d.V}}};
-    if (d.final_state) o.push_back({"final_state", DType::kF32, {d.N, d.HV, d.K, d.V}});
+    if (!pooled(c)) {
+      if (d.final_state) o.push_back({"final_state", DType::kF32, {d.N, d.HV, d.K, d.V}});
+      return o;
+    }
+    const std::vector<int32_t> slots = cases::gdr_pool_slots(c);
+    const int64_t rows = cases::gdr_pool_size(c), per = d.HV * d.K * d.V;
+    OutputSpec pool{"state_pool", DType::kF32, {rows, d.HV, d.K, d.V}};
+    std::vector<bool> used(static_cast<size_t>(rows), false);
+    for (int64_t s = 0; s < d.N; ++s) {
+      if (slots[s] >= 0) {
+        used[slots[s]] = true;
+        continue;
+      }
+      const int64_t b = token_row(d.layout, s, 0) * d.HV * d.V;
+      o[0].dont_care.push_back({b, b + d.layout.lengths[s] * d.HV * d.V, "padding entry"});
+    }
+    for (int64_t r = 0; r < rows; ++r)
+      if (!used[r])
+        pool.must_be_unchanged.push_back(
+            {r * per, (r + 1) * per, "slot " + std::to_string(r) + " (addressed by nobody)"});
+    o.push_back(pool);
+    if (c.get("cache") == "spec")
+      o.push_back({"token_states", DType::kF32, {d.N, d.T, d.HV, d.K, d.V}});
     return o;
   }
 
   Values oracle(const cases::Case& c, const TensorMap& in) const override {
-    const GdrDims d = gdr_dims(c);
-    const std::vector<double> q = in.at("q").to_double(), k = in.at("k").to_double(),
-                              v = in.at("v").to_double(), g = in.at("g").to_double(),
-                              beta = in.at("beta").to_double();
-    std::vector<double> s0;
-    reference::GatedDeltaRuleArgs a;
-    a.batch = d.B;
-    a.seq_len = d.T;
-    a.num_heads = d.H;
-    a.num_value_heads = d.HV;
-    a.key_dim = d.K;
-    a.value_dim = d.V;
-    a.q = q.data();
-    a.k = k.data();
-    a.v = v.data();
-    a.g = g.data();
-    a.beta = beta.data();
-    if (const Tensor* cu = in.find("cu_seqlens"))
-      a.cu_seqlens.assign(cu->as<int64_t>(), cu->as<int64_t>() + cu->numel());
-    if (const Tensor* t = in.find("initial_state")) {
-      s0 = t->to_double();
-      a.initial_state = s0.data();
-    }
-    a.use_qk_l2norm = d.l2;
-    reference::GatedDeltaRuleResult r = reference::gated_delta_rule(a);
-    Values out;
-    out["o"] = std::move(r.output);
-    if (d.final_state) out["final_state"] = std::move(r.final_state);
-    return out;
+    return evaluate(c, in, reference_prefill);
   }
 
   Values baseline(const cases::Case& c, const TensorMap& in) const override {
-    TensorMap out;
-    for (const OutputSpec& s : outputs(c)) out.add(Tensor(s.name, s.dtype, s.shape));
-    kernels::cpu::GatedDeltaRuleParams p = gdr_params(c, in, out);
-    Status st = kernels::cpu::recurrent_gated_delta_rule(p);
-    if (!st.ok()) throw std::runtime_error("baseline recurrence failed: " + st.message());
-    Values v;
-    for (const Tensor& t : out.all()) v[t.name()] = t.to_double();
-    return v;
+    return evaluate(c, in, baseline_prefill);
   }
 
   std::vector<SeqSlice> slices(const cases::Case& c, const std::string& output) const override {
     const GdrDims d = gdr_dims(c);
+    const int64_t per_state = d.HV * d.K * d.V;
     std::vector<SeqSlice> s;
-    if (output == "o") {
-      const int64_t per = d.HV * d.V;
-      const auto cu = d.layout.kind == cases::Layout::Kind::kBatch ? std::vector<int64_t>{}
-                                                                   : d.layout.cu_seqlens();
-      for (int64_t i = 0; i < d.N; ++i) {
-        const int64_t b = cu.empty() ? i * d.T : cu[i], e = cu.empty() ? (i + 1) * d.T : cu[i + 1];
-        s.push_back({i, b * per, e * per, per});
+    for (int64_t i = 0; i < d.N; ++i) {
+      const int64_t b = token_row(d.layout, i, 0), len = d.layout.lengths[i];
+      if (output == "o") {
+        s.push_back({i, b * d.HV * d.V, (b + len) * d.HV * d.V, d.HV * d.V});
+      } else if (output == "token_states") {
+        s.push_back({i, i * d.T * per_state, (i + 1) * d.T * per_state, per_state});
+      } else if (output == "state_pool") {
+        const int32_t slot = cases::gdr_pool_slots(c)[i];
+        if (slot >= 0) s.push_back({i, slot * per_state, (slot + 1) * per_state, 0});
+        else s.push_back({i, 0, 0, 0});
+      } else {
+        s.push_back({i, i * per_state, (i + 1) * per_state, 0});
       }
-    } else {
-      const int64_t per = d.HV * d.K * d.V;
-      for (int64_t i = 0; i < d.N; ++i) s.push_back({i, i * per, (i + 1) * per, 0});
     }
     return s;
   }
@@ -89,16 +177,27 @@ class GdrOperation : public Operation {
   }
 
   TensorMajor major(const std::string& t) const override {
-    if (t == "initial_state" || t == "final_state") return TensorMajor::kSequence;
+    if (t == "initial_state" || t == "final_state" || t == "state_slots" || t == "token_states")
+      return TensorMajor::kSequence;
     if (t == "q" || t == "k" || t == "v" || t == "g" || t == "beta" || t == "o")
       return TensorMajor::kToken;
     return TensorMajor::kNone;
   }
 
+  bool repackable(const cases::Case& c) const override { return !pooled(c); }
+
   std::vector<std::pair<std::string, std::string>> carried_states(
       const cases::Case& c) const override {
-    if (c.get("cache") == "none") return {};
+    if (c.get("cache") == "none" || pooled(c)) return {};
     return {{"final_state", "initial_state"}};
+  }
+
+ private:
+  Values evaluate(const cases::Case& c, const TensorMap& in, Evaluate eval) const {
+    if (pooled(c)) return evaluate_pooled(c, in, eval);
+    Values v = eval(c, in);
+    if (!gdr_dims(c).final_state) v.erase("final_state");
+    return v;
   }
 };
 

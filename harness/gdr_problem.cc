@@ -18,7 +18,7 @@ GdrDims gdr_dims(const cases::Case& c) {
   const std::string dt = c.get("dtype");
   d.dtype = dt == "bf16" ? DType::kBF16 : dt == "fp16" ? DType::kF16 : DType::kF32;
   d.l2 = c.get_bool("l2");
-  d.final_state = c.get("cache") != "none";
+  d.final_state = c.get("cache") != "none";  // pool modes keep states in the pool instead
   return d;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,10 +15,26 @@ namespace deltacheck::harness {
 
 enum class TensorMajor { kNone, kToken, kSequence };
 
+// A range of flat elements of an output, with what it is (for messages).
+struct ElementRange {
+  int64_t begin, end;
+  std::string what;
+};
+
 struct OutputSpec {
   std::string name;
   cases::DType dtype;
   std::vector<int64_t> shape;
+  // The precision the output is computed in, when it is lower than its storage (an fp32 state
+  // that went through bf16 activations): its tolerance follows this dtype.
+  std::optional<cases::DType> precision = std::nullopt;
+  // Multiplies the dtype's relative-RMS ceiling (harness/tolerance.h).
+  double ceiling_factor = 1.0;
+  // Elements the implementation may leave alone or fill as it likes (padding entries' outputs).
+  std::vector<ElementRange> dont_care = {};
+  // Elements that must come back bit-identical to their expectation (pool slots nobody
+  // addresses), checked before any tolerance.
+  std::vector<ElementRange> must_be_unchanged = {};
 };
 
 // The elements of one output that belong to one sequence: [begin, end) in flat element order,
@@ -53,6 +70,9 @@ class Operation {
   // How each input and output is laid out, for repacking sequences (harness/repack.h): token-major
   // ([B, T, ...] or [T, ...]), sequence-major ([N, ...]), or neither (weights, copied as they are).
   virtual TensorMajor major(const std::string& tensor) const { return TensorMajor::kNone; }
+  // Whether sequences of this case can be run alone / reordered / split by repacking (probes,
+  // leak confirmation). False e.g. where states live in a shared slot-addressed pool.
+  virtual bool repackable(const cases::Case& c) const { return false; }
   // Outputs that feed the next call's inputs when a sequence continues: {output, input} pairs,
   // e.g. {"final_state", "initial_state"}. Empty when the op keeps no state.
   virtual std::vector<std::pair<std::string, std::string>> carried_states(
@@ -66,5 +86,7 @@ const Operation& operation_for(const cases::Case& c);
 
 // One per operation file.
 const Operation& gdr_operation();
+const Operation& layer_operation();
+const Operation& mask_operation();  // mask, layers, segments (mask_operation.cc)
 
 }  // namespace deltacheck::harness

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "cases/generate.h"
+#include "harness/call_plan.h"
 #include "harness/repack.h"
 
 namespace deltacheck::harness {
@@ -24,7 +25,7 @@ Run run_once(Backend& b, const cases::Case& c, const TensorMap& inputs,
              const std::vector<OutputSpec>& specs) {
   Run r{allocate_outputs(specs), ""};
   try {
-    const Status st = b.run(c, inputs, r.outputs);
+    const Status st = execute(b, c, inputs, r.outputs);
     if (!st.ok()) r.error = st.message();
   } catch (const std::exception& e) {
     r.error = e.what();
@@ -208,7 +209,7 @@ ProbeReport probe_split(const PreparedCase& pc, Backend& b) {
 std::vector<ProbeReport> run_probes(const PreparedCase& pc, Backend& b, const TensorMap& outputs) {
   std::vector<ProbeReport> out;
   const Operation& op = operation_for(pc.c);
-  if (op.major("o") == TensorMajor::kNone && op.carried_states(pc.c).empty()) return out;
+  if (!op.repackable(pc.c)) return out;
   if (!b.deterministic()) {
     out.push_back(report("repeat", Verdict::kSkipped, "backend is not deterministic"));
   } else {
@@ -220,7 +221,9 @@ std::vector<ProbeReport> run_probes(const PreparedCase& pc, Backend& b, const Te
     out.push_back(probe_alone(pc, b, outputs));
     out.push_back(probe_order(pc, b, outputs));
   }
-  if (!op.carried_states(pc.c).empty()) out.push_back(probe_split(pc, b));
+  int64_t longest = 0;
+  for (int64_t l : L.lengths) longest = std::max(longest, l);
+  if (!op.carried_states(pc.c).empty() && longest >= 2) out.push_back(probe_split(pc, b));
   return out;
 }
 

@@ -50,11 +50,14 @@ std::vector<double> row_values(const std::vector<double>& v, int64_t total_rows,
 }
 
 Repacked repack(const cases::Case& c, const cases::TensorMap& in,
-                const std::vector<Piece>& pieces) {
+                const std::vector<Piece>& pieces,
+                const std::vector<std::pair<std::string, std::string>>& overrides) {
   const Operation& op = operation_for(c);
   const cases::Layout L = cases::Layout::parse(c.get("layout"));
   const int64_t total = L.total_tokens(), n = L.num_seqs();
-  Repacked r{c.with("layout", layout_of(pieces)), {}};
+  auto changes = overrides;
+  changes.emplace_back("layout", layout_of(pieces));
+  Repacked r{c.with(changes), {}};
   int64_t new_tokens = 0;
   for (const Piece& p : pieces) {
     if (p.seq < 0 || p.seq >= n || p.offset < 0 || p.offset + p.length > L.lengths[p.seq])

@@ -28,8 +28,10 @@ struct Repacked {
 
 // The case made of `pieces` (single[...] for one piece, packed[...] otherwise), with its inputs.
 // Sequence-major inputs follow each piece's source sequence; cu_seqlens is rebuilt.
+// `overrides` change other parameters of the new case at the same time (e.g. its cache mode).
 Repacked repack(const cases::Case& c, const cases::TensorMap& inputs,
-                const std::vector<Piece>& pieces);
+                const std::vector<Piece>& pieces,
+                const std::vector<std::pair<std::string, std::string>>& overrides = {});
 
 // Token rows [first, first + count) (token-major) or sequence row `first` (sequence-major, count
 // rows) of a tensor, as raw bytes.

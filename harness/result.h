@@ -21,7 +21,7 @@ struct SeqReport {
   int64_t seq = 0;
   int64_t length = 0;
   Metrics metrics;
-  Threshold threshold;
+  Threshold threshold{};  // zero for empty sequences (nothing to judge)
   bool ok = true;
   int64_t first_bad_token = -1;  // within the sequence; -1 when none or not token-indexed
 };
@@ -33,10 +33,13 @@ struct TensorReport {
   int64_t mismatches = 0;
   Metrics metrics;
   Metrics baseline;  // the same-precision baseline's error, which sets the threshold
-  Threshold threshold;
+  Threshold threshold{};
   bool ok = true;
   std::vector<SeqReport> seqs;
   std::vector<double> token_error;  // largest |Δ| per token (token-indexed tensors only)
+  // Largest |Δ| per head and token ([head][token]) of failing [B, T, heads, D] tensors, for the
+  // report's per-head plots.
+  std::vector<std::vector<double>> head_token_error;
 };
 
 struct ProbeReport {

@@ -36,9 +36,15 @@ cases::TensorMap allocate_outputs(const std::vector<OutputSpec>& specs);
 CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
                  const std::string& backend_name, bool allow_degenerate = false);
 
+// Called for a result judged fail, leak or error, with the outputs the backend wrote (failure
+// dumps). Runs on the worker thread that ran the case, so it may be called concurrently.
+using FailureCallback =
+    std::function<void(const PreparedCase&, const cases::TensorMap& outputs, const CaseResult&)>;
+
 // Runs one backend on one prepared case (catching everything the backend throws), then, when
-// `probes`, the oracle-free leakage probes (harness/probes.h).
-CaseResult run_case(const PreparedCase& pc, Backend& backend, bool probes = false);
+// `probes`, the oracle-free leakage probes (harness/probes.h); failing results go to on_failure.
+CaseResult run_case(const PreparedCase& pc, Backend& backend, bool probes = false,
+                    const FailureCallback& on_failure = nullptr);
 
 // Folds probe verdicts into the case verdict (probe leak -> leak; probe fail -> fail).
 void merge_probe_verdicts(CaseResult& r);
@@ -53,8 +59,9 @@ PreparedCase prepare_pieces(const PreparedCase& pc, const std::vector<Piece>& pi
 void confirm_leak(const PreparedCase& pc, Backend& backend, CaseResult& r);
 
 struct RunOptions {
-  int jobs = 1;        // cases prepared and run concurrently
-  bool probes = true;  // run the leakage probes after each oracle comparison
+  int jobs = 1;                // cases prepared and run concurrently
+  bool probes = true;          // run the leakage probes after each oracle comparison
+  FailureCallback on_failure;  // see FailureCallback; null: none
 };
 
 // Runs every case on every backend, streaming: each case is prepared, run and released before

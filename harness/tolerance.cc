@@ -18,10 +18,12 @@ DTypeTolerance dtype_tolerance(cases::DType t) {
   }
 }
 
-Threshold threshold(cases::DType t, double base_rel, double base_abs, double ref_max_abs) {
+Threshold threshold(cases::DType t, double base_rel, double base_abs, double ref_max_abs,
+                    double ceiling_factor) {
   const DTypeTolerance d = dtype_tolerance(t);
   Threshold th;
-  th.rel_rms = std::min(d.rel_ceiling, TolerancePolicy::kFactor * base_rel + d.rel_floor);
+  th.rel_rms =
+      std::min(ceiling_factor * d.rel_ceiling, TolerancePolicy::kFactor * base_rel + d.rel_floor);
   th.max_abs = TolerancePolicy::kFactor * base_abs + d.abs_floor_frac * ref_max_abs;
   th.resolution = d.resolution;
   return th;
@@ -36,7 +38,7 @@ bool within(const Threshold& t, double rel_rms, double max_abs, int64_t non_fini
 std::string describe_policy() {
   return fmt::format(
       "{}: err <= {} x err(same-precision recurrence) + floor, rel_rms ceiling "
-      "fp32 {:.0e} / bf16 {:.0e} / fp16 {:.0e}",
+      "fp32 {:.0e} / bf16 {:.0e} / fp16 {:.0e} (x2 for the whole layer)",
       TolerancePolicy::kId, TolerancePolicy::kFactor,
       dtype_tolerance(cases::DType::kF32).rel_ceiling,
       dtype_tolerance(cases::DType::kBF16).rel_ceiling,

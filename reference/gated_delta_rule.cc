@@ -123,20 +123,30 @@ GatedDeltaRuleResult gated_delta_rule(const GatedDeltaRuleArgs& a) {
       const double decay = std::exp(a.g[tok]);
       const double beta = a.beta[tok];
       const double* v = a.v + tok * V;
-      // S <- exp(g) S
-      for (int64_t i = 0; i < K * V; ++i) S[i] *= decay;
-      // u = beta (v - S^T k)
+      // The four steps of the rule in two passes over the rows of S (each element still sees
+      // the steps in order; the sums over i run in the same order as four separate passes).
+      // S <- exp(g) S  and  u = S^T k
       for (int64_t j = 0; j < V; ++j) u[j] = 0.0;
-      for (int64_t i = 0; i < K; ++i)
-        for (int64_t j = 0; j < V; ++j) u[j] += S[i * V + j] * k[i];
+      for (int64_t i = 0; i < K; ++i) {
+        double* Si = S + i * V;
+        const double ki = k[i];
+        for (int64_t j = 0; j < V; ++j) {
+          Si[j] *= decay;
+          u[j] += Si[j] * ki;
+        }
+      }
+      // u = beta (v - S^T k)
       for (int64_t j = 0; j < V; ++j) u[j] = beta * (v[j] - u[j]);
-      // S <- S + k u^T
-      for (int64_t i = 0; i < K; ++i)
-        for (int64_t j = 0; j < V; ++j) S[i * V + j] += k[i] * u[j];
-      // o = S^T (scale q)
+      // S <- S + k u^T  and  o = S^T (scale q)
       double* o = r.output.data() + tok * V;
-      for (int64_t i = 0; i < K; ++i)
-        for (int64_t j = 0; j < V; ++j) o[j] += S[i * V + j] * q[i];
+      for (int64_t i = 0; i < K; ++i) {
+        double* Si = S + i * V;
+        const double ki = k[i], qi = q[i];
+        for (int64_t j = 0; j < V; ++j) {
+          Si[j] += ki * u[j];
+          o[j] += Si[j] * qi;
+        }
+      }
     }
   });
   return r;

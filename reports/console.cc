@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -70,7 +71,8 @@ std::string format_summary(const std::vector<harness::CaseResult>& results, doub
     per_backend[r.backend][r.verdict]++;
     totals[r.verdict]++;
     cases.insert(r.case_id);
-    if (harness::is_failure(r.verdict)) failing.insert(r.case_id);
+    if (std::find(o.fail_on.begin(), o.fail_on.end(), r.verdict) != o.fail_on.end())
+      failing.insert(r.case_id);
   }
   std::string s = "\n";
   s += fmt::format("{:<30}", "backend");

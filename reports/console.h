@@ -13,6 +13,9 @@ namespace deltacheck::reports {
 struct ConsoleOptions {
   bool color = false;
   bool only_failures = false;  // print passing rows too when false
+  // Verdicts that fail the run (--fail-on): the summary says FAILED when any result has one.
+  std::vector<harness::Verdict> fail_on{harness::Verdict::kFail, harness::Verdict::kLeak,
+                                        harness::Verdict::kError};
 };
 
 // One result line (plus an indented detail line for anything that is not a pass).

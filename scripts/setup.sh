@@ -13,6 +13,9 @@ PACKAGES=(
   libhdf5-dev libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3
+  python3-venv                          # adapters/python/check.sh: the example adapter's venv
+  libxml2-utils                         # tests/reports: xmllint validates junit.xml against its schema
+  chromium                              # tests/reports: report.html rendered headless
 )
 
 missing=()

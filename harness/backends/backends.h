@@ -10,5 +10,14 @@ namespace deltacheck::harness {
 
 std::unique_ptr<Backend> make_cpu_backend();
 std::vector<std::unique_ptr<Backend>> make_wrong_backends();
+// Deliberately wrong handling of states between calls and in pools (wrong_cache_backends.cc).
+std::vector<std::unique_ptr<Backend>> make_wrong_cache_backends();
+// The cpu backend's layer cases, and the conv that reads across a boundary (cpu_layer.cc).
+Status run_cpu_layer_case(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out);
+std::unique_ptr<Backend> make_wrong_conv_backend();
+// The cpu backend's gdr cases in every cache mode (cpu_gdr.cc).
+Status run_cpu_gdr_case(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out);
+// "external": a program run per case through the fixture format (external_backend.cc).
+std::unique_ptr<Backend> make_external_backend(const BackendOptions& options);
 
 }  // namespace deltacheck::harness

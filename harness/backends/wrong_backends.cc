@@ -7,10 +7,12 @@
 //                            inside a chunk does not reset the state (aligned boundaries do)
 //   wrong:readout-before-update  o_t = S_{t-1}^T q_t (off by one token in the read-out)
 //   wrong:ignore-state       every initial state ignored
+// The wrong mask builders (wrong:mask-*) are in wrong_mask_backends.cc.
 #include <cstring>
 #include <vector>
 
 #include "harness/backends/backends.h"
+#include "harness/backends/mask_builders.h"
 #include "harness/gdr_problem.h"
 #include "kernels/cpu/gated_delta_rule.h"
 
@@ -23,8 +25,10 @@ class WrongBackend : public Backend {
  public:
   bool deliberately_wrong() const override { return true; }
   Support supports(const cases::Case& c) const override {
-    if (c.op() == "gdr") return Support::Yes();
-    return Support::No(name() + " implements only gdr");
+    if (c.op() != "gdr") return Support::No(name() + " implements only gdr");
+    if (c.get("cache") == "pool" || c.get("cache") == "spec")
+      return Support::No(name() + " has no pooled-state mode");
+    return Support::Yes();
   }
 };
 
@@ -187,6 +191,8 @@ std::vector<std::unique_ptr<Backend>> make_wrong_backends() {
   v.push_back(std::make_unique<RowChunkGrid>());
   v.push_back(std::make_unique<ReadoutBeforeUpdate>());
   v.push_back(std::make_unique<IgnoreState>());
+  for (auto& b : make_wrong_mask_backends()) v.push_back(std::move(b));  // mask builders
+  for (auto& b : make_wrong_cache_backends()) v.push_back(std::move(b));  // state between calls
   return v;
 }
 

@@ -14,6 +14,7 @@
 #include "cases/case.h"
 #include "harness/backend.h"
 #include "harness/result.h"
+#include "harness/runner.h"
 
 namespace deltacheck::cli {
 
@@ -34,31 +35,54 @@ struct Selection {
   std::vector<std::string> case_ids;
   std::string filter;
   int64_t seed = -1;
+  std::string shard;  // --shard I/N; else GTEST_SHARD_INDEX / GTEST_TOTAL_SHARDS when both set
 };
 void add_selection_options(CLI::App* app, Selection& s);
 // The selected cases; throws UsageError on unknown suites, bad ids or regexes.
 std::vector<cases::Case> select_cases(const Selection& s);
+// The selection with its sharding: case i of the full selection belongs to shard i % N.
+struct SelectedCases {
+  std::vector<cases::Case> cases;  // this shard's cases
+  std::vector<int64_t> indices;    // each one's position in the unsharded selection
+  int64_t total = 0;               // cases selected before sharding
+  int shard_index = 0, shard_count = 1;
+};
+SelectedCases select_sharded(const Selection& s);
 // "a,b" "c" -> {a, b, c}
 std::vector<std::string> split_commas(const std::vector<std::string>& items);
 
-// How results are shown and judged (--quiet, and later report formats): shared by every
+// How results are shown and judged (--quiet, --report-dir, --fail-on): shared by every
 // command that runs cases (run, golden verify).
 struct OutputOptions {
   bool quiet = false;
+  std::string report_dir;  // report.json, junit.xml, summary.md, report.html, failures/
+  std::vector<std::string> fail_on{"fail", "leak", "error"};  // verdicts that fail the gate
+  std::string progress = "auto";  // auto (a bar on a terminal), bar, lines
+  int max_dumps = 20;             // failure dumps written at most (HDF5 files can be large)
 };
 void add_output_options(CLI::App* app, OutputOptions& o);
 
-// Streams results to the console as they come, then prints the summary and returns the exit code.
+struct BackendSelection;
+
+// Streams results to the console as they come, then prints the summary and returns the exit code
+// (the gate: --fail-on); with --report-dir also writes the report files and failure dumps.
 class ResultSink {
  public:
   ResultSink(const OutputOptions& o, std::string title);
+  ~ResultSink();
+  // What the run is (for the report, the rerun commands and the progress bar); optional.
+  void describe_run(const Selection& s, const SelectedCases& sel, const BackendSelection& b);
+  // For harness::RunOptions::on_failure: writes failure dumps (null without --report-dir).
+  harness::FailureCallback failure_hook();
   void on_result(const harness::CaseResult& r);
   int finish(const std::vector<harness::CaseResult>& results);
 
  private:
+  struct State;
   OutputOptions options_;
   bool color_;
   std::chrono::steady_clock::time_point start_;
+  std::unique_ptr<State> state_;
 };
 
 // --backend names plus the options some backends take (--device, --cmd, ...).
@@ -71,6 +95,9 @@ std::vector<std::unique_ptr<harness::Backend>> make_backends(const BackendSelect
 
 Command add_run_command(CLI::App& app);
 Command add_list_command(CLI::App& app);
+Command add_golden_command(CLI::App& app);  // golden.cc
+Command add_report_command(CLI::App& app);
+Command add_bench_command(CLI::App& app);  // bench.cc: deltacheck bench compare
 
 // Registers the backends of optional libraries compiled into this build (LibTorch, CUDA).
 void register_optional_backends();

@@ -18,12 +18,20 @@ int main(int argc, char** argv) {
   deltacheck run --case 'gdr(layout=packed[63,0,65],dtype=bf16,gate=strong,seed=7)'
   deltacheck list backends
   deltacheck list cases --suite gate --filter 'gate=tail'
-exit codes: 0 all pass, 1 a case failed (fail, leak, error), 2 usage or input error)");
+  deltacheck golden verify golden/fixtures.h5 --backend cpu
+  deltacheck run --backend external --cmd 'python3 adapters/python/numpy_gdr.py {in} {out}'
+  deltacheck run --suite gate --shard 0/4 --report-dir shard0 --fail-on fail,leak,error
+  deltacheck report merge shard0 shard1 shard2 shard3 -o merged
+  deltacheck bench compare old.json new.json --vs-ceiling
+exit codes: 0 all pass, 1 a case failed (fail, leak, error; see --fail-on), 2 usage or input error)");
 
   register_optional_backends();
   const std::vector<Command> commands{
       add_run_command(app),
       add_list_command(app),
+      add_golden_command(app),
+      add_report_command(app),
+      add_bench_command(app),
   };
   try {
     app.parse(argc, argv);

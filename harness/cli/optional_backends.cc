@@ -1,8 +1,15 @@
 // Backends from optional libraries, registered when this build has them.
 #include "harness/cli/commands.h"
+#ifdef DELTACHECK_HAVE_TORCH
+#include "harness/backends/torch/torch_backend.h"
+#endif
 
 namespace deltacheck::cli {
 
-void register_optional_backends() {}
+void register_optional_backends() {
+#ifdef DELTACHECK_HAVE_TORCH
+  harness::register_torch_backends();
+#endif
+}
 
 }  // namespace deltacheck::cli

@@ -1,43 +1,308 @@
-// Console output and the exit code of commands that run cases; backend selection.
+// Console output, the progress bar, report files, failure dumps and the exit code of commands that
+// run cases; backend selection.
+#include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <mutex>
 
 #include "harness/cli/commands.h"
 #include "harness/tolerance.h"
 #include "reports/console.h"
+#include "reports/failure_dump.h"
+#include "reports/report.h"
 
 namespace deltacheck::cli {
 
 void add_output_options(CLI::App* app, OutputOptions& o) {
   app->add_flag("--quiet,-q", o.quiet, "print only cases that are not a pass");
+  app->add_option("--report-dir", o.report_dir,
+                  "write report.json, junit.xml, summary.md, report.html and failures/*.h5 "
+                  "(failure dumps) into this directory");
+  app->add_option("--fail-on", o.fail_on,
+                  "verdicts that fail the run (exit code 1), comma-separated: fail, leak, error, "
+                  "unsupported, skipped")
+      ->delimiter(',')
+      ->capture_default_str();
+  app->add_option("--progress", o.progress,
+                  "bar: one progress line (passing rows folded into it), lines: a line per result, "
+                  "auto: bar when stderr is a terminal")
+      ->check(CLI::IsMember({"auto", "bar", "lines"}))
+      ->capture_default_str();
+  app->add_option("--max-dumps", o.max_dumps, "failure dumps written at most (with --report-dir)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 }
 
+// What a report needs beyond the results, the progress bar, and the failure dumps written so far
+// (the dump hook runs on worker threads; on_result and finish on the reporting thread).
+struct ResultSink::State {
+  std::vector<harness::Verdict> fail_on;
+  nlohmann::ordered_json selection;
+  std::vector<std::string> backends;
+  std::map<std::string, int64_t> index_of;  // case id -> position in the unsharded selection
+  int64_t selected = -1;
+  int shard_index = 0, shard_count = 1;
+  std::string backend_args;  // backend options repeated in rerun commands
+  std::string started_at;
+  // Progress.
+  bool bar = false;
+  size_t expected = 0, seen = 0;
+  std::map<harness::Verdict, int> counts;
+  // Failure dumps go to a hidden folder first and replace failures/ when the run finishes, so
+  // the report directory never mixes dumps of two runs.
+  std::string partial_dir;
+  std::mutex mu;
+  int dumps_started = 0, dumps_skipped = 0;
+  std::map<std::pair<std::string, std::string>, std::string> dumps;  // (case, backend) -> file
+  std::vector<std::string> dump_errors;
+};
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string backend_option_args(const BackendSelection& b) {
+  const harness::BackendOptions defaults;
+  std::string s;
+  auto add = [&](const std::string& flag, const std::string& value) {
+    s += (s.empty() ? "" : " ") + flag + " " + reports::shell_quote(value);
+  };
+  if (b.options.device != defaults.device) add("--device", b.options.device);
+  if (!b.options.cmd.empty()) add("--cmd", b.options.cmd);
+  if (b.options.timeout_s != defaults.timeout_s)
+    add("--timeout", fmt::format("{}", b.options.timeout_s));
+  if (!b.options.library.empty()) add("--library", b.options.library);
+  if (!b.options.op.empty()) add("--op", b.options.op);
+  return s;
+}
+
+// Moves this run's dumps into DIR/failures, replacing the previous run's *.h5 files there.
+void install_dumps(const std::string& partial, const std::string& dir) {
+  const fs::path failures = fs::path(dir) / "failures";
+  std::error_code ec;
+  if (fs::is_directory(failures, ec))
+    for (const auto& f : fs::directory_iterator(failures, ec))
+      if (f.path().extension() == ".h5") fs::remove(f.path(), ec);
+  bool any = false;
+  if (!partial.empty() && fs::is_directory(partial, ec)) {
+    for (const auto& f : fs::directory_iterator(partial, ec)) {
+      if (!any) fs::create_directories(failures, ec);
+      any = true;
+      fs::rename(f.path(), failures / f.path().filename(), ec);
+    }
+    fs::remove_all(partial, ec);
+  }
+  if (!any) fs::remove(failures, ec);  // only removes an empty folder
+}
+
+}  // namespace
+
 ResultSink::ResultSink(const OutputOptions& o, std::string title)
-    : options_(o), color_(isatty(fileno(stdout))), start_(std::chrono::steady_clock::now()) {
+    : options_(o),
+      color_(isatty(fileno(stdout))),
+      start_(std::chrono::steady_clock::now()),
+      state_(std::make_unique<State>()) {
+  // Check what can be checked before anything runs: a bad --fail-on or an unwritable report
+  // directory should not cost a whole run.
+  if (Status st = reports::parse_fail_on(split_commas(o.fail_on), state_->fail_on); !st.ok())
+    throw UsageError(st.message());
+  if (!o.report_dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(o.report_dir, ec);
+    if (ec || !fs::is_directory(o.report_dir))
+      throw UsageError("--report-dir: cannot create " + o.report_dir +
+                       (ec ? ": " + ec.message() : ""));
+    state_->partial_dir =
+        (fs::path(o.report_dir) / fmt::format(".failures.partial-{}", getpid())).string();
+  }
+  state_->started_at = reports::utc_now_iso8601();
+  state_->bar =
+      o.progress == "bar" || (o.progress == "auto" && isatty(fileno(stderr)) &&
+                              std::getenv("TERM") && std::string(std::getenv("TERM")) != "dumb");
   std::printf("deltacheck %s: %s; tolerance %s\n", DELTACHECK_VERSION, title.c_str(),
               harness::describe_policy().c_str());
   std::fflush(stdout);
 }
 
+ResultSink::~ResultSink() {
+  // A run that ended early (an exception) leaves no half-written dump folder behind.
+  if (!state_->partial_dir.empty()) {
+    std::error_code ec;
+    fs::remove_all(state_->partial_dir, ec);
+  }
+}
+
+void ResultSink::describe_run(const Selection& s, const SelectedCases& sel,
+                              const BackendSelection& b) {
+  State& st = *state_;
+  st.selection = {
+      {"suite", s.case_ids.empty() ? nlohmann::ordered_json(s.suite) : nullptr},
+      {"cases", s.case_ids},
+      {"filter", s.filter},
+      {"seed", s.seed >= 0 ? nlohmann::ordered_json(s.seed) : nullptr},
+  };
+  st.backends = split_commas(b.names);
+  for (size_t i = 0; i < sel.cases.size(); ++i)
+    st.index_of.emplace(sel.cases[i].id(), sel.indices[i]);
+  st.selected = sel.total;
+  st.shard_index = sel.shard_index;
+  st.shard_count = sel.shard_count;
+  st.backend_args = backend_option_args(b);
+  st.expected = sel.cases.size() * st.backends.size();
+}
+
+harness::FailureCallback ResultSink::failure_hook() {
+  if (options_.report_dir.empty() || options_.max_dumps == 0) return nullptr;
+  return [this](const harness::PreparedCase& pc, const cases::TensorMap& outputs,
+                const harness::CaseResult& r) {
+    State& st = *state_;
+    {
+      std::lock_guard<std::mutex> lock(st.mu);
+      if (st.dumps_started >= options_.max_dumps) {
+        ++st.dumps_skipped;
+        return;
+      }
+      ++st.dumps_started;
+    }
+    std::error_code ec;
+    fs::create_directories(st.partial_dir, ec);
+    const std::string name = reports::dump_file_name(r.case_id, r.backend);
+    const Status s =
+        reports::write_failure_dump((fs::path(st.partial_dir) / name).string(), pc, outputs, r,
+                                    reports::rerun_command(r.backend, r.case_id, st.backend_args));
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (s.ok())
+      st.dumps[{r.case_id, r.backend}] = "failures/" + name;
+    else
+      st.dump_errors.push_back(s.message());
+  };
+}
+
+namespace {
+
+std::string progress_line(size_t seen, size_t expected, const std::map<harness::Verdict, int>& n,
+                          double secs) {
+  constexpr int kWidth = 28;
+  const double frac = expected > 0 ? std::min(1.0, static_cast<double>(seen) / expected) : 0.0;
+  const int full = static_cast<int>(frac * kWidth);
+  std::string bar = std::string(full, '#') + std::string(kWidth - full, '.');
+  std::string tally;
+  for (harness::Verdict v : {harness::Verdict::kFail, harness::Verdict::kLeak,
+                             harness::Verdict::kError, harness::Verdict::kUnsupported}) {
+    const auto it = n.find(v);
+    if (it != n.end() && it->second > 0)
+      tally += fmt::format("  {} {}", it->second, harness::verdict_name(v));
+  }
+  return expected > 0 ? fmt::format("[{}] {}/{}{}  {:.1f} s", bar, seen, expected, tally, secs)
+                      : fmt::format("{} results{}  {:.1f} s", seen, tally, secs);
+}
+
+}  // namespace
+
 void ResultSink::on_result(const harness::CaseResult& r) {
-  if (options_.quiet && r.verdict == harness::Verdict::kPass) return;
-  reports::ConsoleOptions c{color_, options_.quiet};
-  std::fputs(reports::format_result_line(r, c).c_str(), stdout);
-  std::fflush(stdout);
+  State& st = *state_;
+  ++st.seen;
+  ++st.counts[r.verdict];
+  const bool pass = r.verdict == harness::Verdict::kPass;
+  // On a terminal the bar stands for the passing rows; everything else is printed above it.
+  if (st.bar) std::fputs("\r\033[K", stderr);
+  if (!(pass && (options_.quiet || st.bar))) {
+    reports::ConsoleOptions c{color_, options_.quiet, st.fail_on};
+    std::string text = reports::format_result_line(r, c);
+    if (harness::is_failure(r.verdict) && !options_.report_dir.empty()) {
+      std::lock_guard<std::mutex> lock(st.mu);
+      const auto it = st.dumps.find({r.case_id, r.backend});
+      if (it != st.dumps.end())
+        text += fmt::format("{:12}dump: {}\n", "",
+                            (fs::path(options_.report_dir) / it->second).string());
+      text += fmt::format("{:12}rerun: {}\n", "",
+                          reports::rerun_command(r.backend, r.case_id, st.backend_args));
+    }
+    std::fputs(text.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  if (st.bar) {
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    std::fputs(progress_line(st.seen, st.expected, st.counts, secs).c_str(), stderr);
+    std::fflush(stderr);
+  }
 }
 
 int ResultSink::finish(const std::vector<harness::CaseResult>& results) {
+  State& st = *state_;
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  reports::ConsoleOptions c{color_, options_.quiet};
+  if (st.bar) std::fputs("\r\033[K", stderr);
+  reports::ConsoleOptions c{color_, options_.quiet, st.fail_on};
   std::fputs(reports::format_summary(results, secs, c).c_str(), stdout);
+  const harness::CaseResult* first_failure = nullptr;
   for (const auto& r : results)
-    if (harness::is_failure(r.verdict)) {
-      std::printf("rerun the first failing case: deltacheck run --backend %s --case '%s'\n",
-                  r.backend.c_str(), r.case_id.c_str());
-      return kExitFail;
+    if (reports::in(st.fail_on, r.verdict)) {
+      first_failure = &r;
+      break;
     }
+
+  if (!options_.report_dir.empty()) {
+    reports::Report rep;
+    rep.tool_version = reports::tool_version();
+    rep.git_revision = reports::git_revision();
+    rep.tolerance = harness::describe_policy();
+    rep.selection = st.selection;
+    rep.backends = st.backends;
+    rep.fail_on = st.fail_on;
+    rep.machines = {reports::this_machine()};
+    rep.command = reports::this_command_line();
+    rep.shard_index = st.shard_index;
+    rep.shard_count = st.shard_count;
+    rep.started_at = st.started_at;
+    rep.seconds = secs;
+    std::map<std::string, int64_t> first_seen;
+    for (const auto& r : results) {
+      const auto it = st.index_of.find(r.case_id);
+      const int64_t index =
+          it != st.index_of.end()
+              ? it->second
+              : first_seen.emplace(r.case_id, static_cast<int64_t>(first_seen.size()))
+                    .first->second;
+      reports::Entry e = reports::make_entry(r, index, st.backend_args);
+      if (const auto d = st.dumps.find({r.case_id, r.backend}); d != st.dumps.end())
+        e.dump = d->second;
+      if (std::find(rep.backends.begin(), rep.backends.end(), r.backend) == rep.backends.end())
+        rep.backends.push_back(r.backend);
+      rep.entries.push_back(std::move(e));
+    }
+    rep.selected_cases = st.selected >= 0 ? st.selected : static_cast<int64_t>(first_seen.size());
+    const reports::WrittenReport w = reports::write_report_files(rep, options_.report_dir);
+    if (!w.status.ok()) throw UsageError(w.status.message());
+    install_dumps(st.partial_dir, options_.report_dir);
+    st.partial_dir.clear();
+    for (const std::string& e : st.dump_errors)
+      std::fprintf(stderr, "deltacheck: warning: no failure dump: %s\n", e.c_str());
+    uintmax_t bytes = 0;
+    for (const auto& f : w.files) bytes += f.bytes;
+    std::printf("report: %s (also report.json, junit.xml, summary.md: %.1f kB in %.0f ms)\n",
+                (fs::path(options_.report_dir) / "report.html").string().c_str(), bytes / 1e3,
+                w.seconds * 1e3);
+    if (!st.dumps.empty())
+      std::printf("failure dumps: %zu in %s\n", st.dumps.size(),
+                  (fs::path(options_.report_dir) / "failures").string().c_str());
+    if (st.dumps_skipped > 0)
+      std::printf("%d more failures were not dumped (--max-dumps %d)\n", st.dumps_skipped,
+                  options_.max_dumps);
+  }
+  if (first_failure) {
+    std::printf(
+        "rerun the first failing case: %s\n",
+        reports::rerun_command(first_failure->backend, first_failure->case_id, st.backend_args)
+            .c_str());
+    return kExitFail;
+  }
   return kExitPass;
 }
 
@@ -57,6 +322,11 @@ void add_backend_options(CLI::App* app, BackendSelection& b) {
 std::vector<std::unique_ptr<harness::Backend>> make_backends(const BackendSelection& b) {
   std::vector<std::unique_ptr<harness::Backend>> out;
   for (const std::string& name : split_commas(b.names)) {
+    if (name == "external" && (b.options.cmd.find("{in}") == std::string::npos ||
+                               b.options.cmd.find("{out}") == std::string::npos))
+      throw UsageError("--backend external needs --cmd 'PROGRAM {in} {out}' (golden/README.md)");
+    if (name == "external" && !(b.options.timeout_s > 0))
+      throw UsageError("--timeout must be a positive number of seconds");
     try {
       out.push_back(harness::make_backend(name, b.options));
     } catch (const std::invalid_argument& e) {

@@ -18,14 +18,23 @@ struct RunArgs {
 };
 
 int run(const RunArgs& a) {
-  const std::vector<cases::Case> cs = select_cases(a.sel);
-  if (cs.empty()) throw UsageError("no case selected (check --suite, --case and --filter)");
+  const SelectedCases sel = select_sharded(a.sel);
+  const std::vector<cases::Case>& cs = sel.cases;
+  // An empty shard (more shards than cases) is a valid, empty run; an empty selection is not.
+  if (sel.total == 0) throw UsageError("no case selected (check --suite, --case and --filter)");
   if (a.jobs < 1) throw UsageError("--jobs must be >= 1");
   const auto owned = make_backends(a.backends);
   std::vector<harness::Backend*> backends;
   for (const auto& b : owned) backends.push_back(b.get());
-  ResultSink sink(a.output, fmt::format("{} cases x {} backends", cs.size(), backends.size()));
+  ResultSink sink(
+      a.output,
+      fmt::format("{} cases x {} backends{}", cs.size(), backends.size(),
+                  sel.shard_count > 1 ? fmt::format(" (shard {}/{} of {} cases)", sel.shard_index,
+                                                    sel.shard_count, sel.total)
+                                      : ""));
+  sink.describe_run(a.sel, sel, a.backends);
   harness::RunOptions ropt;
+  ropt.on_failure = sink.failure_hook();
   ropt.jobs = a.jobs;
   ropt.probes = !a.no_probes;
   const auto results =

@@ -1,4 +1,7 @@
-// Case selection shared by the subcommands.
+// Case selection shared by the subcommands, and sharding over CI runners (--shard I/N, or
+// GoogleTest's GTEST_SHARD_INDEX / GTEST_TOTAL_SHARDS).
+#include <cstdlib>
+#include <fstream>
 #include <regex>
 
 #include "cases/suites.h"
@@ -25,9 +28,28 @@ void add_selection_options(CLI::App* app, Selection& s) {
   app->add_option("--case", s.case_ids, "exactly this case id (repeatable; overrides --suite)");
   app->add_option("--filter,-f", s.filter, "keep cases whose id matches this regex (ECMAScript)");
   app->add_option("--seed", s.seed, "replace every case's seed with this one");
+  app->add_option("--shard", s.shard,
+                  "run shard I of N (0 <= I < N): case i of the selection goes to shard i % N; "
+                  "default: GTEST_SHARD_INDEX / GTEST_TOTAL_SHARDS when both are set")
+      ->type_name("I/N");
 }
 
-std::vector<cases::Case> select_cases(const Selection& s) {
+namespace {
+
+// "I/N" -> {I, N}; `what` names the source in errors.
+std::pair<int, int> parse_shard(const std::string& index, const std::string& count,
+                                const std::string& what) {
+  auto number = [&](const std::string& t) {
+    if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos)
+      throw UsageError(what + ": expected I/N with 0 <= I < N");
+    return std::stoi(t);
+  };
+  const int i = number(index), n = number(count);
+  if (n < 1 || i >= n) throw UsageError(what + ": expected I/N with 0 <= I < N");
+  return {i, n};
+}
+
+std::vector<cases::Case> select_unsharded(const Selection& s) {
   std::vector<cases::Case> cs;
   try {
     if (!s.case_ids.empty()) {
@@ -54,5 +76,35 @@ std::vector<cases::Case> select_cases(const Selection& s) {
   }
   return cs;
 }
+
+}  // namespace
+
+SelectedCases select_sharded(const Selection& s) {
+  SelectedCases out;
+  if (!s.shard.empty()) {
+    const size_t slash = s.shard.find('/');
+    std::tie(out.shard_index, out.shard_count) = parse_shard(
+        s.shard.substr(0, slash), slash == std::string::npos ? "" : s.shard.substr(slash + 1),
+        "--shard '" + s.shard + "'");
+  } else if (const char* i = std::getenv("GTEST_SHARD_INDEX"),
+             *n = std::getenv("GTEST_TOTAL_SHARDS");
+             i && n) {
+    // Both set, as GoogleTest requires; a test runner that shards sets them for every shard.
+    std::tie(out.shard_index, out.shard_count) =
+        parse_shard(i, n, std::string("GTEST_SHARD_INDEX=") + i + " GTEST_TOTAL_SHARDS=" + n);
+    // Tell the runner that sharding is supported, as GoogleTest does.
+    if (const char* status = std::getenv("GTEST_SHARD_STATUS_FILE")) std::ofstream touch(status);
+  }
+  const std::vector<cases::Case> all = select_unsharded(s);
+  out.total = static_cast<int64_t>(all.size());
+  for (size_t k = 0; k < all.size(); ++k)
+    if (static_cast<int>(k % static_cast<size_t>(out.shard_count)) == out.shard_index) {
+      out.cases.push_back(all[k]);
+      out.indices.push_back(static_cast<int64_t>(k));
+    }
+  return out;
+}
+
+std::vector<cases::Case> select_cases(const Selection& s) { return select_sharded(s).cases; }
 
 }  // namespace deltacheck::cli

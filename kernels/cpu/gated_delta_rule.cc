@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cpu/parallel_for.h"
+#include "kernels/cpu/row_conversion.h"
 
 namespace deltacheck::kernels::cpu {
 namespace {
@@ -63,18 +64,25 @@ std::vector<Lane> make_lanes(const GatedDeltaRuleParams& p) {
   return lanes;
 }
 
+// sum of x[i]^2 with 16 partial sums, so the loop vectorizes without reassociation flags.
+float sum_squares(const float* x, int64_t n) {
+  float part[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) part[l] += x[i + l] * x[i + l];
+  float s = 0.0f;
+  for (; i < n; ++i) s += x[i] * x[i];
+  for (int l = 0; l < 16; ++l) s += part[l];
+  return s;
+}
+
 // Loads q or k of one token into dst (fp32), with the optional L2 norm and a factor.
 void load_qk(const GatedDeltaRuleParams& p, const void* src, int64_t row, int64_t t, int64_t head,
              float factor, float* dst) {
   const int64_t K = p.key_dim;
-  const int64_t base = ((row * p.seq_len + t) * p.num_heads + head) * K;
-  for (int64_t i = 0; i < K; ++i) dst[i] = load_as_float(src, p.dtype, base + i);
+  load_row(src, p.dtype, ((row * p.seq_len + t) * p.num_heads + head) * K, K, dst);
   float inv = 1.0f;
-  if (p.use_qk_l2norm) {
-    float ss = 0.0f;
-    for (int64_t i = 0; i < K; ++i) ss += dst[i] * dst[i];
-    inv = 1.0f / std::sqrt(ss + 1e-6f);
-  }
+  if (p.use_qk_l2norm) inv = 1.0f / std::sqrt(sum_squares(dst, K) + 1e-6f);
   const float f = inv * factor;
   for (int64_t i = 0; i < K; ++i) dst[i] *= f;
 }
@@ -101,122 +109,262 @@ void store_state(const GatedDeltaRuleParams& p, const Lane& L, const float* S) {
   for (int64_t i = 0; i < KV; ++i) out[i] = S[i];
 }
 
-// Scratch for one lane's chunk, reused across chunks.
+// ---- the matrix products of a chunk
+// --------------------------------------------------------------
+//
+// Every product of the chunked form is C (+)= A B on small row-major fp32 blocks (at most
+// chunk x max(K, V) by max(K, V) x max(K, V)). They run through one register-blocked loop nest:
+// kRows rows of C by kCols columns kept in a local accumulator the compiler holds in vector
+// registers (16 of them for 4 x 64 floats with AVX-512), B streamed row by row, A broadcast. The
+// loops are plain C++; -O3 -march=native vectorizes and contracts them to FMAs.
+
+constexpr int64_t kRows = 4;
+constexpr int64_t kCols = 64;
+
+// How C starts: overwritten (C's contents are never read), or c_scale * C.
+struct Start {
+  bool load;
+  float scale;
+};
+constexpr Start kOverwrite{false, 0.0f};
+constexpr Start kAccumulate{true, 1.0f};
+
+template <int64_t MR, int64_t NC>
+void block_fixed(int64_t kd, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+                 int64_t ldc, Start start) {
+  float acc[MR][NC];
+  for (int64_t r = 0; r < MR; ++r)
+    for (int64_t j = 0; j < NC; ++j) acc[r][j] = start.load ? start.scale * c[r * ldc + j] : 0.0f;
+  for (int64_t i = 0; i < kd; ++i) {
+    const float* bi = b + i * ldb;
+    for (int64_t r = 0; r < MR; ++r) {
+      const float ar = a[r * lda + i];
+      for (int64_t j = 0; j < NC; ++j) acc[r][j] += ar * bi[j];
+    }
+  }
+  for (int64_t r = 0; r < MR; ++r)
+    for (int64_t j = 0; j < NC; ++j) c[r * ldc + j] = acc[r][j];
+}
+
+// Any block of at most kRows x kCols (edges: odd head dims, short tail chunks).
+void block_any(int64_t mr, int64_t nc, int64_t kd, const float* a, int64_t lda, const float* b,
+               int64_t ldb, float* c, int64_t ldc, Start start) {
+  float acc[kRows][kCols];
+  for (int64_t r = 0; r < mr; ++r)
+    for (int64_t j = 0; j < nc; ++j) acc[r][j] = start.load ? start.scale * c[r * ldc + j] : 0.0f;
+  for (int64_t i = 0; i < kd; ++i) {
+    const float* bi = b + i * ldb;
+    for (int64_t r = 0; r < mr; ++r) {
+      const float ar = a[r * lda + i];
+      for (int64_t j = 0; j < nc; ++j) acc[r][j] += ar * bi[j];
+    }
+  }
+  for (int64_t r = 0; r < mr; ++r)
+    for (int64_t j = 0; j < nc; ++j) c[r * ldc + j] = acc[r][j];
+}
+
+// C[m x n] = start(C) + A[m x kd] B[kd x n]. Column blocks outermost, so the kd x kCols panel of
+// B stays in L1 while every row block of A passes over it.
+void gemm(int64_t m, int64_t n, int64_t kd, const float* a, int64_t lda, const float* b,
+          int64_t ldb, float* c, int64_t ldc, Start start) {
+  for (int64_t j0 = 0; j0 < n; j0 += kCols) {
+    const int64_t nc = std::min(kCols, n - j0);
+    for (int64_t r0 = 0; r0 < m; r0 += kRows) {
+      const int64_t mr = std::min(kRows, m - r0);
+      const float* ab = a + r0 * lda;
+      if (mr < kRows) {
+        block_any(mr, nc, kd, ab, lda, b + j0, ldb, c + r0 * ldc + j0, ldc, start);
+        continue;
+      }
+      // Full-height blocks: the widest fixed-width pieces that fit, then any remainder.
+      for (int64_t j = j0; j < j0 + nc;) {
+        const int64_t left = j0 + nc - j;
+        const float* bb = b + j;
+        float* cb = c + r0 * ldc + j;
+        if (left >= 64) {
+          block_fixed<kRows, 64>(kd, ab, lda, bb, ldb, cb, ldc, start);
+          j += 64;
+        } else if (left >= 32) {
+          block_fixed<kRows, 32>(kd, ab, lda, bb, ldb, cb, ldc, start);
+          j += 32;
+        } else if (left >= 16) {
+          block_fixed<kRows, 16>(kd, ab, lda, bb, ldb, cb, ldc, start);
+          j += 16;
+        } else {
+          block_any(kRows, left, kd, ab, lda, bb, ldb, cb, ldc, start);
+          j += left;
+        }
+      }
+    }
+  }
+}
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Scratch for one lane's chunk, reused across chunks and lanes of a thread. Row strides of the
+// chunk x chunk matrices (and of the transposed keys) are padded to 16 floats.
 struct ChunkScratch {
-  std::vector<float> q, k, v, g, graw, beta, kk, qk, w, qs, u, state;
-  ChunkScratch(int64_t C, int64_t K, int64_t V) { resize(C, K, V); }
-  void resize(int64_t C, int64_t K, int64_t V) {
-    auto fit = [](std::vector<float>& x, int64_t n) { x.resize(static_cast<size_t>(n)); };
-    fit(q, C * K), fit(k, C * K), fit(v, C * V), fit(g, C), fit(graw, C), fit(beta, C),
-        fit(kk, C * C);
-    fit(qk, C * C), fit(w, C * V), fit(qs, C * V), fit(u, C * V), fit(state, K * V);
+  int64_t C = 0, Cp = 0, K = 0, V = 0;
+  std::vector<float> q, k, kt, kwt, aqk, akk, w, qs, u, state, decay, cumdecay, beta, drow;
+  void resize(int64_t C_, int64_t K_, int64_t V_) {
+    if (C_ == C && K_ == K && V_ == V) return;
+    C = C_, K = K_, V = V_, Cp = round_up(C_, 16);
+    auto fit = [](std::vector<float>& x, int64_t n) { x.assign(static_cast<size_t>(n), 0.0f); };
+    fit(q, C * K), fit(k, C * K), fit(kt, K * Cp), fit(kwt, K * Cp), fit(aqk, C * Cp);
+    fit(akk, C * Cp), fit(w, C * V), fit(qs, C * V), fit(u, C * V), fit(state, K * V);
+    fit(decay, C), fit(cumdecay, C), fit(beta, C), fit(drow, Cp);
   }
 };
 
+// Where one token's rows of q, k (head qk_head), v and o (the lane's value head) live.
+struct TokenRows {
+  const char *q, *k, *v, *o;
+  int64_t qk_bytes, v_bytes;
+};
+
+TokenRows token_rows(const GatedDeltaRuleParams& p, const Lane& L, int64_t qk_head, int64_t t) {
+  const int64_t es = scalar_type_size(p.dtype);
+  const int64_t qk_bytes = p.key_dim * es, v_bytes = p.value_dim * es;
+  const int64_t qk_row = (L.row * p.seq_len + t) * p.num_heads + qk_head;
+  const int64_t v_row = (L.row * p.seq_len + t) * p.num_value_heads + L.head;
+  return {static_cast<const char*>(p.q) + qk_row * qk_bytes,
+          static_cast<const char*>(p.k) + qk_row * qk_bytes,
+          static_cast<const char*>(p.v) + v_row * v_bytes,
+          static_cast<const char*>(p.o) + v_row * v_bytes,
+          qk_bytes,
+          v_bytes};
+}
+
+// One (sequence, head) lane in chunks. Within a chunk of n tokens starting from state S0, with
+// e_t = exp(g_t), P_t = e_0 ... e_t and D_tj = e_{j+1} ... e_t (j <= t; products, never a
+// quotient of cumulative decays, so nothing overflows where a tail chunk decays strongly):
+//   (I + A) U = diag(beta) (V - diag(P) K S0),    A_tj = beta_t D_tj k_t.k_j     (j < t)
+//   O = diag(P) Q S0 + (D .* Q K^T)_{j <= t} U
+//   S_end = P_last S0 + (K .* D_last)^T U
+// U by blocked forward substitution; every other step is one gemm() call.
 void chunked_lane(const GatedDeltaRuleParams& p, const Lane& L, ChunkScratch& s) {
-  const int64_t K = p.key_dim, V = p.value_dim, C = p.chunk_size;
+  const int64_t K = p.key_dim, V = p.value_dim, C = p.chunk_size, Cp = s.Cp;
   const int64_t HV = p.num_value_heads;
   const int64_t qk_head = L.head / (HV / p.num_heads);
   const float scale = resolved_scale(p);
   float* S = s.state.data();
   load_state(p, L, S);
+  // Without an initial state the first chunk starts from exact zeros: K S0 and Q S0 are zero and
+  // need no product (many short sequences are mostly first chunks).
+  bool zero_state = p.initial_state == nullptr;
 
   for (int64_t c0 = 0; c0 < L.length; c0 += C) {
     const int64_t n = std::min(C, L.length - c0);
-    float cum = 0.0f;
+    const int64_t tok0 = (L.row * p.seq_len + L.begin + c0) * HV + L.head;  // token 0, this head
+    float* Q = s.q.data();
+    float* Kc = s.k.data();
+    float* U = s.u.data();
     for (int64_t t = 0; t < n; ++t) {
       const int64_t pos = L.begin + c0 + t;
-      const int64_t tok = (L.row * p.seq_len + pos) * HV + L.head;
-      load_qk(p, p.q, L.row, pos, qk_head, scale, &s.q[t * K]);
-      load_qk(p, p.k, L.row, pos, qk_head, 1.0f, &s.k[t * K]);
-      for (int64_t j = 0; j < V; ++j) s.v[t * V + j] = load_as_float(p.v, p.dtype, tok * V + j);
-      s.graw[t] = p.g[tok];
-      cum += p.g[tok];
-      s.g[t] = cum;
+      const int64_t tok = tok0 + t * HV;
+      load_qk(p, p.q, L.row, pos, qk_head, scale, Q + t * K);
+      load_qk(p, p.k, L.row, pos, qk_head, 1.0f, Kc + t * K);
+      load_row(p.v, p.dtype, tok * V, V, U + t * V);  // v_t, turned into u_t below
+      s.decay[t] = std::exp(p.g[tok]);
+      s.cumdecay[t] = t == 0 ? s.decay[0] : s.cumdecay[t - 1] * s.decay[t];
       s.beta[t] = load_as_float(p.beta, p.dtype, tok);
     }
-    // Gram matrices: kk[t][j] = beta_t exp(G_t - G_j) k_t.k_j (j < t), qk[t][j] = exp(G_t - G_j)
-    // q_t.k_j (j <= t). Decay ratios only ever for j <= t: exp of a non-positive number, never
-    // 0*inf. The exponent G_t - G_j is summed over tokens j+1..t directly rather than as a
-    // difference of two cumulative sums, which would lose |G| * eps to cancellation under strong
-    // decay.
-    for (int64_t t = 0; t < n; ++t) {
-      const float* kt = &s.k[t * K];
-      const float* qt = &s.q[t * K];
-      float log_decay = 0.0f;
-      for (int64_t j = t; j >= 0; --j) {
-        if (j < t) log_decay += s.graw[j + 1];
-        const float* kj = &s.k[j * K];
-        float dk = 0.0f, dq = 0.0f;
-        for (int64_t i = 0; i < K; ++i) {
-          dk += kt[i] * kj[i];
-          dq += qt[i] * kj[i];
-        }
-        const float d = std::exp(log_decay);
-        s.kk[t * C + j] = s.beta[t] * d * dk;
-        s.qk[t * C + j] = d * dq;
-      }
-    }
-    // w = K S0, qs = Q S0 (row of S reused across the chunk while in L1).
-    std::fill(s.w.begin(), s.w.begin() + n * V, 0.0f);
-    std::fill(s.qs.begin(), s.qs.begin() + n * V, 0.0f);
-    for (int64_t i = 0; i < K; ++i) {
-      const float* Si = S + i * V;
-      for (int64_t t = 0; t < n; ++t) {
-        const float kv = s.k[t * K + i], qv = s.q[t * K + i];
-        float* wt = &s.w[t * V];
-        float* qt = &s.qs[t * V];
-        for (int64_t j = 0; j < V; ++j) {
-          wt[j] += kv * Si[j];
-          qt[j] += qv * Si[j];
+    // Keys transposed ([K][Cp], padding columns zero) for the Gram matrices and the state update.
+    float* KT = s.kt.data();
+    for (int64_t i = 0; i < K; ++i)
+      for (int64_t t = 0; t < Cp; ++t) KT[i * Cp + t] = t < n ? Kc[t * K + i] : 0.0f;
+
+    // Gram matrices Q K^T and K K^T, lower triangle (row block r0 needs columns < r0 + kRows).
+    float* Aqk = s.aqk.data();
+    float* Akk = s.akk.data();
+    const int64_t next = c0 + n, next_n = std::min(C, L.length - next);  // the next chunk
+    for (int64_t r0 = 0; r0 < n; r0 += kRows) {
+      const int64_t mr = std::min(kRows, n - r0);
+      // The rows of one head are H (or HV) rows apart, a page or more, which the hardware
+      // prefetchers do not follow: the next chunk's rows are requested (into L2) while this
+      // chunk computes, a few tokens per row block (q, k here; v, o in the substitution below),
+      // as a burst would wait for miss buffers. (Written out: a helper holding only prefetches
+      // counts as free of side effects, and the compiler drops its calls.)
+      for (int64_t t = r0; t < std::min(r0 + mr, next_n); ++t) {
+        const TokenRows r = token_rows(p, L, qk_head, L.begin + next + t);
+        for (int64_t b = 0; b < r.qk_bytes; b += 64) {
+          __builtin_prefetch(r.q + b, 0, 2);
+          __builtin_prefetch(r.k + b, 0, 2);
         }
       }
+      const int64_t cols = Cp;
+      gemm(mr, cols, K, Q + r0 * K, K, KT, Cp, Aqk + r0 * Cp, Cp, kOverwrite);
+      gemm(mr, cols, K, Kc + r0 * K, K, KT, Cp, Akk + r0 * Cp, Cp, kOverwrite);
     }
-    // u_t = beta_t (v_t - exp(G_t) w_t) - sum_{j<t} A_tj u_j  (forward substitution)
+    // Decay weights, row by row: drow holds D_tj for j <= t. Akk is stored negated, so every
+    // later step only accumulates.
+    float* drow = s.drow.data();
     for (int64_t t = 0; t < n; ++t) {
-      const float eg = std::exp(s.g[t]);
-      const float b = s.beta[t];
-      float* ut = &s.u[t * V];
-      const float* vt = &s.v[t * V];
-      const float* wt = &s.w[t * V];
-      for (int64_t j = 0; j < V; ++j) ut[j] = b * (vt[j] - eg * wt[j]);
-      for (int64_t m = 0; m < t; ++m) {
-        const float a = s.kk[t * C + m];
-        const float* um = &s.u[m * V];
-        for (int64_t j = 0; j < V; ++j) ut[j] -= a * um[j];
+      const float e = s.decay[t], nb = -s.beta[t];
+      for (int64_t j = 0; j < t; ++j) drow[j] *= e;
+      drow[t] = 1.0f;
+      float* aq = Aqk + t * Cp;
+      float* ak = Akk + t * Cp;
+      for (int64_t j = 0; j < t; ++j) {
+        aq[j] *= drow[j];
+        ak[j] *= nb * drow[j];
       }
+      for (int64_t j = t + 1; j < Cp; ++j) aq[j] = 0.0f;  // read by the row block's last rows
     }
-    // o_t = exp(G_t) qs_t + sum_{m<=t} qk_tm u_m
+    // w = K S0, qs = Q S0.
+    float* W = s.w.data();
+    float* QS = s.qs.data();
+    if (zero_state) {
+      std::fill(W, W + n * V, 0.0f);
+      std::fill(QS, QS + n * V, 0.0f);
+    } else {
+      gemm(n, V, K, Kc, K, S, V, W, V, kOverwrite);
+      gemm(n, V, K, Q, K, S, V, QS, V, kOverwrite);
+    }
+    // u_t = beta_t (v_t - P_t w_t) + sum_{j<t} (-A_tj) u_j: blocks of kRows rows take the
+    // finished rows above them in one product, then solve their own small triangle.
     for (int64_t t = 0; t < n; ++t) {
-      const int64_t pos = L.begin + c0 + t;
-      const int64_t tok = (L.row * p.seq_len + pos) * HV + L.head;
-      const float eg = std::exp(s.g[t]);
-      float* acc = &s.w[t * V];  // w_t is no longer needed: reuse it as the accumulator
-      const float* qst = &s.qs[t * V];
-      for (int64_t j = 0; j < V; ++j) acc[j] = eg * qst[j];
-      for (int64_t m = 0; m <= t; ++m) {
-        const float a = s.qk[t * C + m];
-        const float* um = &s.u[m * V];
-        for (int64_t j = 0; j < V; ++j) acc[j] += a * um[j];
+      const float b = s.beta[t], pt = s.cumdecay[t];
+      float* ut = U + t * V;
+      const float* wt = W + t * V;
+      for (int64_t j = 0; j < V; ++j) ut[j] = b * (ut[j] - pt * wt[j]);
+    }
+    for (int64_t r0 = 0; r0 < n; r0 += kRows) {
+      const int64_t mr = std::min(kRows, n - r0);
+      for (int64_t t = r0; t < std::min(r0 + mr, next_n); ++t) {
+        const TokenRows r = token_rows(p, L, qk_head, L.begin + next + t);
+        for (int64_t b = 0; b < r.v_bytes; b += 64) {
+          __builtin_prefetch(r.v + b, 0, 2);
+          __builtin_prefetch(r.o + b, 1, 2);
+        }
       }
-      for (int64_t j = 0; j < V; ++j) store_from_float(p.o, p.dtype, tok * V + j, acc[j]);
-    }
-    // S = exp(G_last) S + sum_m exp(G_last - G_m) k_m u_m^T
-    const float elast = std::exp(s.g[n - 1]);
-    float tail = 0.0f;  // sum of g over tokens m+1..n-1, accumulated from the chunk's end
-    for (int64_t m = n - 1; m >= 0; --m) {
-      s.g[m] = std::exp(tail);  // g now holds the weights exp(G_last - G_m)
-      tail += s.graw[m];
-    }
-    for (int64_t i = 0; i < K; ++i) {
-      float* Si = S + i * V;
-      for (int64_t j = 0; j < V; ++j) Si[j] *= elast;
-      for (int64_t m = 0; m < n; ++m) {
-        const float a = s.g[m] * s.k[m * K + i];
-        const float* um = &s.u[m * V];
-        for (int64_t j = 0; j < V; ++j) Si[j] += a * um[j];
+      if (r0 > 0) gemm(mr, V, r0, Akk + r0 * Cp, Cp, U, V, U + r0 * V, V, kAccumulate);
+      for (int64_t t = r0 + 1; t < r0 + mr; ++t) {
+        float* ut = U + t * V;
+        for (int64_t m = r0; m < t; ++m) {
+          const float a = Akk[t * Cp + m];
+          const float* um = U + m * V;
+          for (int64_t j = 0; j < V; ++j) ut[j] += a * um[j];
+        }
       }
     }
+    // o_t = P_t qs_t + sum_{j <= t} (D .* Q K^T)_tj u_j
+    for (int64_t t = 0; t < n; ++t) {
+      const float pt = s.cumdecay[t];
+      float* ot = QS + t * V;
+      for (int64_t j = 0; j < V; ++j) ot[j] *= pt;
+    }
+    for (int64_t r0 = 0; r0 < n; r0 += kRows) {
+      const int64_t mr = std::min(kRows, n - r0);
+      gemm(mr, V, std::min(n, r0 + mr), Aqk + r0 * Cp, Cp, U, V, QS + r0 * V, V, kAccumulate);
+    }
+    for (int64_t t = 0; t < n; ++t) store_row(p.o, p.dtype, (tok0 + t * HV) * V, V, QS + t * V);
+    // S = P_last S0 + (K .* D_last)^T U, with D_last = drow after the last token.
+    float* KWT = s.kwt.data();
+    for (int64_t i = 0; i < K; ++i)
+      for (int64_t t = 0; t < n; ++t) KWT[i * Cp + t] = KT[i * Cp + t] * drow[t];
+    gemm(K, V, n, KWT, Cp, U, V, S, V, zero_state ? kOverwrite : Start{true, s.cumdecay[n - 1]});
+    zero_state = false;
   }
   store_state(p, L, S);
 }
@@ -229,6 +377,7 @@ void recurrent_lane(const GatedDeltaRuleParams& p, const Lane& L, std::vector<fl
   float* q = S + K * V;
   float* k = q + K;
   float* u = k + K;
+  float* o = u + V;
   load_state(p, L, S);
   for (int64_t t = L.begin; t < L.begin + L.length; ++t) {
     const int64_t tok = (L.row * p.seq_len + t) * HV + L.head;
@@ -236,19 +385,29 @@ void recurrent_lane(const GatedDeltaRuleParams& p, const Lane& L, std::vector<fl
     load_qk(p, p.k, L.row, t, qk_head, 1.0f, k);
     const float decay = std::exp(p.g[tok]);
     const float beta = load_as_float(p.beta, p.dtype, tok);
-    for (int64_t i = 0; i < K * V; ++i) S[i] *= decay;
+    // The rule's four steps fused into two passes over the rows of S; every element sees the
+    // same operations in the same order as four separate passes would apply.
     for (int64_t j = 0; j < V; ++j) u[j] = 0.0f;
-    for (int64_t i = 0; i < K; ++i)
-      for (int64_t j = 0; j < V; ++j) u[j] += S[i * V + j] * k[i];
-    for (int64_t j = 0; j < V; ++j) u[j] = beta * (load_as_float(p.v, p.dtype, tok * V + j) - u[j]);
-    for (int64_t i = 0; i < K; ++i)
-      for (int64_t j = 0; j < V; ++j) S[i * V + j] += k[i] * u[j];
-    // o = S^T q, accumulated in u's place after u is consumed would alias: use a second pass.
-    for (int64_t j = 0; j < V; ++j) {
-      float acc = 0.0f;
-      for (int64_t i = 0; i < K; ++i) acc += S[i * V + j] * q[i];
-      store_from_float(p.o, p.dtype, tok * V + j, acc);
+    for (int64_t i = 0; i < K; ++i) {
+      float* Si = S + i * V;
+      const float ki = k[i];
+      for (int64_t j = 0; j < V; ++j) {
+        Si[j] *= decay;
+        u[j] += Si[j] * ki;
+      }
     }
+    load_row(p.v, p.dtype, tok * V, V, o);
+    for (int64_t j = 0; j < V; ++j) u[j] = beta * (o[j] - u[j]);
+    for (int64_t j = 0; j < V; ++j) o[j] = 0.0f;
+    for (int64_t i = 0; i < K; ++i) {
+      float* Si = S + i * V;
+      const float ki = k[i], qi = q[i];
+      for (int64_t j = 0; j < V; ++j) {
+        Si[j] += ki * u[j];
+        o[j] += Si[j] * qi;
+      }
+    }
+    store_row(p.o, p.dtype, tok * V, V, o);
   }
   store_state(p, L, S);
 }
@@ -259,7 +418,7 @@ Status chunked_gated_delta_rule(const GatedDeltaRuleParams& p) {
   if (Status st = check(p); !st.ok()) return st;
   const std::vector<Lane> lanes = make_lanes(p);
   parallel_for(static_cast<int64_t>(lanes.size()), p.num_threads, [&](int64_t i) {
-    thread_local ChunkScratch scratch(0, 0, 0);
+    thread_local ChunkScratch scratch;
     scratch.resize(p.chunk_size, p.key_dim, p.value_dim);
     chunked_lane(p, lanes[i], scratch);
   });
@@ -272,7 +431,7 @@ Status recurrent_gated_delta_rule(const GatedDeltaRuleParams& p) {
   const int64_t K = p.key_dim, V = p.value_dim;
   parallel_for(static_cast<int64_t>(lanes.size()), p.num_threads, [&](int64_t i) {
     thread_local std::vector<float> scratch;
-    scratch.resize(static_cast<size_t>(K * V + 2 * K + V));
+    scratch.resize(static_cast<size_t>(K * V + 2 * K + 2 * V));
     recurrent_lane(p, lanes[i], scratch);
   });
   return Status::Ok();

@@ -12,7 +12,7 @@ TEST(CaseId, CanonicalFormHasEveryParameterInSchemaOrder) {
   const Case c = Case::parse("gdr(seed=7, dtype=bf16,layout=packed[63,0,65],HV=4)");
   EXPECT_EQ(c.id(),
             "gdr(layout=packed[63,0,65],H=2,HV=4,K=64,V=64,dtype=bf16,gate=weak,beta=rand,"
-            "keys=norm,l2=1,state=rand,cache=prefill,seed=7)");
+            "keys=norm,l2=1,state=rand,cache=prefill,calls=3,seed=7)");
   EXPECT_EQ(Case::parse(c.id()), c);
   EXPECT_EQ(c.get_int("HV"), 4);
   EXPECT_EQ(c.with("seed", "8").get("seed"), "8");

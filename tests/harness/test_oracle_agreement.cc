@@ -26,6 +26,7 @@ TEST(OracleAgreement, RecurrentAndChunkedAgreeOnTheGateSuite) {
   std::string worst_id;
   int i = 0;
   for (const cases::Case& c : cases::suite("gate")) {
+    if (c.op() != "gdr" || c.get("cache") == "pool" || c.get("cache") == "spec") continue;
     const GdrDims d = gdr_dims(c);
     const cases::TensorMap in = cases::generate_inputs(c);
     const auto q = in.at("q").to_double(), k = in.at("k").to_double(), v = in.at("v").to_double(),

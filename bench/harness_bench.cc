@@ -1,0 +1,94 @@
+// The harness's own cost on prefill cases: harness::run_case (poisoned, guarded outputs, the
+// backend, integrity checks, comparison per tensor and per sequence) against the bare kernel on
+// the same prepared case, plus its parts (allocation, judging) and the per-case preparation
+// (inputs, FP64 oracle, fp32 baseline) that every case of a suite pays once.
+#include <benchmark/benchmark.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "cases/case.h"
+#include "harness/backend.h"
+#include "harness/runner.h"
+
+namespace deltacheck::bench {
+namespace {
+
+std::string prefill_case_id(int64_t T, int64_t HV) {
+  return "gdr(layout=single[" + std::to_string(T) + "],H=16,HV=" + std::to_string(HV) +
+         ",K=128,V=128,dtype=fp32,gate=weak,l2=1,state=rand,cache=prefill,seed=0)";
+}
+
+// Preparing a long case runs the FP64 oracle, so each is prepared once per process.
+const harness::PreparedCase& prepared(int64_t T, int64_t HV) {
+  static std::map<std::string, std::unique_ptr<harness::PreparedCase>> cache;
+  const std::string id = prefill_case_id(T, HV);
+  auto& slot = cache[id];
+  if (!slot)
+    slot = std::make_unique<harness::PreparedCase>(harness::prepare(cases::Case::parse(id)));
+  return *slot;
+}
+
+void BM_prepare(benchmark::State& st) {
+  const cases::Case c = cases::Case::parse(prefill_case_id(st.range(0), st.range(1)));
+  for (auto _ : st) {
+    harness::PreparedCase pc = harness::prepare(c);
+    benchmark::DoNotOptimize(pc.expected.size());
+  }
+  st.SetItemsProcessed(st.iterations() * st.range(0));
+}
+
+void BM_kernel(benchmark::State& st) {
+  const harness::PreparedCase& pc = prepared(st.range(0), st.range(1));
+  std::unique_ptr<harness::Backend> cpu = harness::make_backend("cpu");
+  cases::TensorMap out = harness::allocate_outputs(pc.outputs);
+  for (auto _ : st) {
+    const Status s = cpu->run(pc.c, pc.inputs, out);
+    if (!s.ok()) st.SkipWithError(s.message().c_str());
+  }
+  st.SetItemsProcessed(st.iterations() * st.range(0));
+}
+
+void BM_run_case(benchmark::State& st) {
+  const harness::PreparedCase& pc = prepared(st.range(0), st.range(1));
+  std::unique_ptr<harness::Backend> cpu = harness::make_backend("cpu");
+  for (auto _ : st) {
+    const harness::CaseResult r = harness::run_case(pc, *cpu);
+    if (r.verdict != harness::Verdict::kPass) st.SkipWithError(r.message.c_str());
+  }
+  st.SetItemsProcessed(st.iterations() * st.range(0));
+}
+
+void BM_allocate(benchmark::State& st) {
+  const harness::PreparedCase& pc = prepared(st.range(0), st.range(1));
+  for (auto _ : st) {
+    cases::TensorMap out = harness::allocate_outputs(pc.outputs);
+    benchmark::DoNotOptimize(out.all().front().data());
+  }
+}
+
+void BM_judge(benchmark::State& st) {
+  const harness::PreparedCase& pc = prepared(st.range(0), st.range(1));
+  std::unique_ptr<harness::Backend> cpu = harness::make_backend("cpu");
+  cases::TensorMap out = harness::allocate_outputs(pc.outputs);
+  if (const Status s = cpu->run(pc.c, pc.inputs, out); !s.ok()) st.SkipWithError("kernel failed");
+  for (auto _ : st) {
+    const harness::CaseResult r = harness::judge(pc, out, "cpu");
+    benchmark::DoNotOptimize(r.margin);
+  }
+}
+
+void harness_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"T", "HV"})->Args({512, 16})->Args({4096, 16});
+  b->MeasureProcessCPUTime()->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_prepare)->Name("harness_prefill/prepare")->Apply(harness_shapes)->Iterations(1);
+BENCHMARK(BM_kernel)->Name("harness_prefill/kernel")->Apply(harness_shapes);
+BENCHMARK(BM_run_case)->Name("harness_prefill/run_case")->Apply(harness_shapes);
+BENCHMARK(BM_allocate)->Name("harness_prefill/allocate")->Apply(harness_shapes);
+BENCHMARK(BM_judge)->Name("harness_prefill/judge")->Apply(harness_shapes);
+
+}  // namespace
+}  // namespace deltacheck::bench

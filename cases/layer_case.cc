@@ -1,0 +1,194 @@
+// The layer operation: the whole linear-attention layer around the rule (short causal conv over
+// the mixed q|k|v channels, SiLU, split, L2 norm, gates, gated delta rule, gated RMS norm), with
+// recurrent and conv states in and out.
+#include <cmath>
+#include <string>
+
+#include "cases/det_math.h"
+#include "cases/op.h"
+#include "cases/rng.h"
+#include "cases/suites.h"
+
+namespace deltacheck::cases {
+namespace {
+
+using K = ParamSpec::Kind;
+
+ParamSpec integer(std::string key, std::string def, int64_t lo, int64_t hi, std::string help) {
+  return {std::move(key), K::kInt, std::move(def), {}, lo, hi, std::move(help)};
+}
+ParamSpec choice(std::string key, std::string def, std::vector<std::string> choices,
+                 std::string help) {
+  return {std::move(key), K::kChoice, std::move(def), std::move(choices), 0, 0, std::move(help)};
+}
+
+void check_layer(const Case& c) {
+  if (c.get_int("HV") % c.get_int("H") != 0)
+    throw CaseIdError("HV % H != 0 (HV=" + c.get("HV") + ", H=" + c.get("H") + ")");
+  const Layout L = Layout::parse(c.get("layout"));
+  if (L.kind == Layout::Kind::kBatch)
+    throw CaseIdError("layer cases are packed or single (the layer takes [T, D] rows)");
+  const std::string cache = c.get("cache");
+  if (cache == "none" && c.get("state") != "none")
+    throw CaseIdError("cache=none takes no initial state (state=" + c.get("state") + ")");
+  if (cache == "decode")
+    for (int64_t l : L.lengths)
+      if (l != 1) throw CaseIdError("cache=decode needs one token per sequence (packed[1*N])");
+}
+
+OpSchema layer_schema() {
+  return OpSchema{
+      "layer",
+      "linear-attention layer: conv1d+SiLU -> q,k,v -> L2 norm -> gates -> rule -> gated norm",
+      {
+          {"layout", K::kLayout, "single[64]", {}, 0, 0, "token layout (single or packed)"},
+          integer("H", "2", 1, 256, "q/k heads"),
+          integer("HV", "4", 1, 1024, "value heads (HV % H == 0)"),
+          integer("K", "32", 1, 512, "key head dim"),
+          integer("V", "32", 1, 512, "value head dim"),
+          integer("W", "4", 2, 4, "conv width"),
+          integer("bias", "1", 0, 1, "conv bias"),
+          choice("dtype", "fp32", {"fp32", "bf16", "fp16"}, "activations' dtype (weights fp32)"),
+          choice("state", "rand", {"none", "rand", "mixed"},
+                 "initial recurrent and conv states: zeros | random | alternating"),
+          choice("cache", "prefill", {"none", "prefill", "decode", "chunked", "dynamic"},
+                 "as for gdr; conv states are carried with recurrent states"),
+          integer("calls", "3", 1, 64, "chunked: pieces per sequence; dynamic: decode steps"),
+          integer("seed", "0", 0, int64_t{1} << 62, "generator seed"),
+      },
+      check_layer};
+}
+
+struct Dims {
+  Layout L;
+  int64_t T, N, H, HV, K, V, W, D;
+  DType dtype;
+};
+
+Dims dims(const Case& c) {
+  Dims d;
+  d.L = Layout::parse(c.get("layout"));
+  d.T = d.L.total_tokens();
+  d.N = d.L.num_seqs();
+  d.H = c.get_int("H");
+  d.HV = c.get_int("HV");
+  d.K = c.get_int("K");
+  d.V = c.get_int("V");
+  d.W = c.get_int("W");
+  d.D = 2 * d.H * d.K + d.HV * d.V;
+  const std::string dt = c.get("dtype");
+  d.dtype = dt == "bf16" ? DType::kBF16 : dt == "fp16" ? DType::kF16 : DType::kF32;
+  return d;
+}
+
+Stream seq_stream(const Case& c, const GenOptions& o, const std::string& tensor, int64_t s) {
+  auto it = o.sequence_salt.find(s);
+  const uint64_t salt = it == o.sequence_salt.end() ? 0 : it->second * 0x9E3779B97F4A7C15ull;
+  return Stream(c.seed() ^ salt, tensor + "/" + std::to_string(s));
+}
+
+// Token-major activations: each sequence's rows from its own stream.
+void fill_tokens(const Case& c, const GenOptions& o, const Dims& d, Tensor& t, int64_t per_token,
+                 double scale) {
+  const auto cu = d.L.cu_seqlens();
+  for (int64_t s = 0; s < d.N; ++s) {
+    const Stream st = seq_stream(c, o, t.name(), s);
+    for (int64_t i = 0; i < d.L.lengths[s] * per_token; ++i)
+      t.set(cu[s] * per_token + i, static_cast<float>(scale * st.normal(static_cast<uint64_t>(i))));
+  }
+}
+
+TensorMap generate_layer(const Case& c, const GenOptions& o) {
+  const Dims d = dims(c);
+  TensorMap m;
+  fill_tokens(c, o, d, m.add(Tensor("qkv", d.dtype, {1, d.T, d.D})), d.D, 1.0);
+  fill_tokens(c, o, d, m.add(Tensor("z", d.dtype, {1, d.T, d.HV, d.V})), d.HV * d.V, 1.0);
+  fill_tokens(c, o, d, m.add(Tensor("a", d.dtype, {1, d.T, d.HV})), d.HV, 1.0);
+  fill_tokens(c, o, d, m.add(Tensor("b", d.dtype, {1, d.T, d.HV})), d.HV, 1.0);
+  // Weights: shared by every sequence (not salted).
+  const Stream w(c.seed(), "weights");
+  Tensor& cw = m.add(Tensor("conv_weight", DType::kF32, {d.D, d.W}));
+  for (int64_t i = 0; i < cw.numel(); ++i)
+    cw.set(i, static_cast<float>(w.normal(i) / std::sqrt(static_cast<double>(d.W))));
+  if (c.get_bool("bias")) {
+    Tensor& cb = m.add(Tensor("conv_bias", DType::kF32, {d.D}));
+    for (int64_t i = 0; i < d.D; ++i) cb.set(i, static_cast<float>(0.1 * w.normal(1000000 + i)));
+  }
+  Tensor& alog = m.add(Tensor("A_log", DType::kF32, {d.HV}));
+  Tensor& dtb = m.add(Tensor("dt_bias", DType::kF32, {d.HV}));
+  for (int64_t h = 0; h < d.HV; ++h) {
+    alog.set(h, static_cast<float>(w.uniform(2000000 + h, -1.0, 1.5)));
+    dtb.set(h, static_cast<float>(w.uniform(3000000 + h, -1.0, 1.0)));
+  }
+  Tensor& nw = m.add(Tensor("norm_weight", DType::kF32, {d.V}));
+  for (int64_t i = 0; i < d.V; ++i) nw.set(i, static_cast<float>(1.0 + 0.1 * w.normal(4000000 + i)));
+  if (d.L.has_cu_seqlens()) {
+    const auto cu = d.L.cu_seqlens();
+    Tensor& t = m.add(Tensor("cu_seqlens", DType::kI64, {static_cast<int64_t>(cu.size())}));
+    for (size_t i = 0; i < cu.size(); ++i) t.as<int64_t>()[i] = cu[i];
+  }
+  const std::string state = c.get("state");
+  if (c.get("cache") != "none" && state != "none") {
+    Tensor& s0 = m.add(Tensor("initial_state", DType::kF32, {d.N, d.HV, d.K, d.V}));
+    Tensor& c0 = m.add(Tensor("initial_conv_state", DType::kF32, {d.N, d.D, d.W - 1}));
+    const int64_t per = d.HV * d.K * d.V, per_conv = d.D * (d.W - 1);
+    for (int64_t s = 0; s < d.N; ++s) {
+      const bool fresh = state == "mixed" && s % 2 == 0;
+      const Stream st = seq_stream(c, o, "initial_state", s), sc = seq_stream(c, o, "conv", s);
+      for (int64_t i = 0; i < per; ++i)
+        s0.set(s * per + i, fresh ? 0.0 : static_cast<float>(0.3 * st.normal(i)));
+      // Conv states are past inputs: representable in the activation dtype.
+      for (int64_t i = 0; i < per_conv; ++i) {
+        const float x = fresh ? 0.0f : static_cast<float>(sc.normal(i));
+        Tensor tmp("x", d.dtype, {1});
+        tmp.set(0, x);
+        c0.set(s * per_conv + i, tmp.get(0));
+      }
+    }
+  }
+  return m;
+}
+
+int64_t layer_input_bytes(const Case& c) {
+  const Dims d = dims(c);
+  return d.T * (d.D + d.HV * d.V + 2 * d.HV) * dtype_size(d.dtype) +
+         2 * d.N * (d.HV * d.K * d.V + d.D * (d.W - 1)) * 4;
+}
+
+void layer_suite(SuiteBuilder& b, Tier t) {
+  int seed = 500;
+  auto add = [&](Params p) {
+    p.emplace_back("seed", std::to_string(seed++));
+    b.add("layer", p);
+  };
+  const std::vector<std::string> dtypes{"fp32", "bf16", "fp16"};
+  for (const auto& dt : t == Tier::kSmoke ? std::vector<std::string>{"fp32", "bf16"} : dtypes) {
+    add({{"layout", "packed[63,0,65]"}, {"dtype", dt}});
+    add({{"layout", "packed[1,2,3,40]"}, {"dtype", dt}, {"W", "4"}});
+  }
+  add({{"layout", "packed[5,70,1]"}, {"cache", "chunked"}});
+  add({{"layout", "packed[9,30]"}, {"cache", "dynamic"}});
+  if (t == Tier::kSmoke) return;
+  for (const auto& w : {"2", "3"}) add({{"layout", "packed[1,2,15,16]"}, {"W", w}});
+  for (const auto& cache : {"none", "decode", "chunked", "dynamic"})
+    for (const auto& dt : dtypes) {
+      Params p{{"dtype", dt}, {"cache", cache}};
+      p.emplace_back("layout", cache == std::string("decode") ? "packed[1*6]" : "packed[3*5,100,0]");
+      if (cache == std::string("none")) p.emplace_back("state", "none");
+      add(p);
+    }
+  add({{"layout", "packed[16,64,65]"}, {"state", "mixed"}, {"bias", "0"}});
+  add({{"layout", "single[129]"}, {"H", "2"}, {"HV", "8"}, {"K", "64"}, {"V", "64"}});
+  if (t == Tier::kFull) {
+    add({{"layout", "packed[700,1300]"}, {"K", "128"}, {"V", "128"}, {"H", "4"}, {"HV", "8"}});
+    add({{"layout", "packed[1*200]"}, {"dtype", "bf16"}, {"cache", "dynamic"}, {"calls", "5"}});
+  }
+}
+
+}  // namespace
+
+OpDefinition layer_definition() {
+  return {layer_schema(), generate_layer, layer_input_bytes, layer_suite};
+}
+
+}  // namespace deltacheck::cases

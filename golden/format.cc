@@ -1,0 +1,843 @@
+// Reading and writing the golden fixture format with the HDF5 C API. Files are written without
+// object timestamps and with creation-order indexes, so the same cases give the same bytes and
+// are read back in the order they were written.
+#include "golden/format.h"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include "golden/sha256.h"
+
+namespace deltacheck::golden {
+namespace {
+
+using cases::DType;
+using cases::Tensor;
+
+// --- HDF5 plumbing ------------------------------------------------------------------------
+
+// An HDF5 identifier closed on scope exit.
+class Hid {
+ public:
+  Hid() = default;
+  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Hid(const Hid&) = delete;
+  Hid& operator=(const Hid&) = delete;
+  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  Hid& operator=(Hid&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = o.id_;
+      close_ = o.close_;
+      o.id_ = -1;
+    }
+    return *this;
+  }
+  ~Hid() { reset(); }
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+  // Closes now; false when closing failed (for a file: data may not have reached the disk).
+  bool reset() {
+    bool fine = true;
+    if (id_ >= 0 && close_) fine = close_(id_) >= 0;
+    id_ = -1;
+    return fine;
+  }
+
+ private:
+  hid_t id_ = -1;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+Hid file_h(hid_t id) { return Hid(id, H5Fclose); }
+Hid group_h(hid_t id) { return Hid(id, H5Gclose); }
+Hid dataset_h(hid_t id) { return Hid(id, H5Dclose); }
+Hid space_h(hid_t id) { return Hid(id, H5Sclose); }
+Hid type_h(hid_t id) { return Hid(id, H5Tclose); }
+Hid attr_h(hid_t id) { return Hid(id, H5Aclose); }
+Hid plist_h(hid_t id) { return Hid(id, H5Pclose); }
+
+// HDF5 prints its error stack to stderr by default; deltacheck reports its own one-line errors.
+// The setting is per thread in a thread-safe build, so every entry point calls this.
+void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+herr_t innermost_error(unsigned n, const H5E_error2_t* e, void* out) {
+  if (e->desc && *e->desc) *static_cast<std::string*>(out) = e->desc;
+  return 0;
+}
+
+// The most specific message on the current HDF5 error stack ("" when empty); clears the stack.
+std::string hdf5_detail() {
+  std::string msg;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, innermost_error, &msg);
+  H5Eclear2(H5E_DEFAULT);
+  return msg.empty() ? "" : " (" + msg + ")";
+}
+
+Status invalid(const std::string& m) { return Status::InvalidArgument(m); }
+
+// How a case dtype is stored: bf16 and fp16 as their uint16 bit patterns (lossless, and every
+// HDF5 reader has uint16), everything else as itself, little-endian.
+struct Storage {
+  hid_t file_type;
+  hid_t mem_type;
+  H5T_class_t cls;
+  size_t size;
+  H5T_sign_t sign;  // integers only
+};
+
+Storage storage_of(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return {H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, H5T_FLOAT, 4, H5T_SGN_ERROR};
+    case DType::kF64:
+      return {H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, H5T_FLOAT, 8, H5T_SGN_ERROR};
+    case DType::kBF16:
+    case DType::kF16:
+      return {H5T_STD_U16LE, H5T_NATIVE_UINT16, H5T_INTEGER, 2, H5T_SGN_NONE};
+    case DType::kI32:
+      return {H5T_STD_I32LE, H5T_NATIVE_INT32, H5T_INTEGER, 4, H5T_SGN_2};
+    case DType::kI64:
+      return {H5T_STD_I64LE, H5T_NATIVE_INT64, H5T_INTEGER, 8, H5T_SGN_2};
+    case DType::kU8:
+      return {H5T_STD_U8LE, H5T_NATIVE_UINT8, H5T_INTEGER, 1, H5T_SGN_NONE};
+  }
+  return {H5T_STD_U8LE, H5T_NATIVE_UINT8, H5T_INTEGER, 1, H5T_SGN_NONE};
+}
+
+std::optional<DType> parse_dtype(const std::string& s) {
+  for (DType t :
+       {DType::kF32, DType::kBF16, DType::kF16, DType::kF64, DType::kI32, DType::kI64, DType::kU8})
+    if (s == cases::dtype_name(t)) return t;
+  return std::nullopt;
+}
+
+std::string describe_type(hid_t type) {
+  const H5T_class_t cls = H5Tget_class(type);
+  const size_t size = H5Tget_size(type);
+  if (cls == H5T_FLOAT) return std::to_string(8 * size) + "-bit float";
+  if (cls == H5T_INTEGER)
+    return std::to_string(8 * size) + "-bit " +
+           (H5Tget_sign(type) == H5T_SGN_NONE ? "unsigned " : "signed ") + "integer";
+  if (cls == H5T_STRING) return "string";
+  if (cls == H5T_ENUM) return "enum (e.g. numpy bool)";
+  if (cls == H5T_COMPOUND) return "compound";
+  return "HDF5 type class " + std::to_string(static_cast<int>(cls));
+}
+
+bool matches_storage(hid_t type, DType t) {
+  const Storage s = storage_of(t);
+  if (H5Tget_class(type) != s.cls || H5Tget_size(type) != s.size) return false;
+  return s.cls != H5T_INTEGER || H5Tget_sign(type) == s.sign;
+}
+
+// An IEEE binary16 float type (how numpy's float16 arrives through h5py).
+bool is_ieee_half(hid_t type) {
+  if (H5Tget_class(type) != H5T_FLOAT || H5Tget_size(type) != 2) return false;
+  size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+  if (H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize) < 0) return false;
+  return spos == 15 && epos == 10 && esize == 5 && mpos == 0 && msize == 10 &&
+         H5Tget_ebias(type) == 15 && H5Tget_order(type) == H5T_ORDER_LE;
+}
+
+// --- attributes ---------------------------------------------------------------------------
+
+Status write_attr_string(hid_t obj, const char* name, const std::string& value) {
+  Hid type = type_h(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  Hid space = space_h(H5Screate(H5S_SCALAR));
+  Hid a = attr_h(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  const char* p = value.c_str();
+  if (!a.ok() || H5Awrite(a.get(), type.get(), &p) < 0)
+    return Status::Internal(std::string("cannot write attribute '") + name + "'" + hdf5_detail());
+  return Status::Ok();
+}
+
+Status write_attr_strings(hid_t obj, const char* name, const std::vector<std::string>& values) {
+  Hid type = type_h(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  const hsize_t n = values.size();
+  Hid space = space_h(H5Screate_simple(1, &n, nullptr));
+  Hid a = attr_h(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  std::vector<const char*> p;
+  for (const std::string& v : values) p.push_back(v.c_str());
+  p.push_back(nullptr);
+  if (!a.ok() || H5Awrite(a.get(), type.get(), p.data()) < 0)
+    return Status::Internal(std::string("cannot write attribute '") + name + "'" + hdf5_detail());
+  return Status::Ok();
+}
+
+Status write_attr_ints(hid_t obj, const char* name, const std::vector<int64_t>& values,
+                       bool scalar) {
+  const hsize_t n = values.size();
+  Hid space = space_h(scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, nullptr));
+  Hid a = attr_h(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  const int64_t dummy = 0;
+  if (!a.ok() || H5Awrite(a.get(), H5T_NATIVE_INT64, values.empty() ? &dummy : values.data()) < 0)
+    return Status::Internal(std::string("cannot write attribute '") + name + "'" + hdf5_detail());
+  return Status::Ok();
+}
+
+Status write_attr_int(hid_t obj, const char* name, int64_t value) {
+  return write_attr_ints(obj, name, {value}, true);
+}
+
+StatusOr<Hid> open_attr(hid_t obj, const std::string& where, const char* name) {
+  const htri_t exists = H5Aexists(obj, name);
+  if (exists <= 0)
+    return invalid(where + ": attribute '" + name + "' missing" +
+                   (exists < 0 ? hdf5_detail() : ""));
+  Hid a = attr_h(H5Aopen(obj, name, H5P_DEFAULT));
+  if (!a.ok()) return invalid(where + ": attribute '" + name + "' unreadable" + hdf5_detail());
+  return a;
+}
+
+StatusOr<std::string> read_attr_string(hid_t obj, const std::string& where, const char* name) {
+  StatusOr<Hid> a = open_attr(obj, where, name);
+  if (!a.ok()) return a.status();
+  Hid type = type_h(H5Aget_type(a.value().get()));
+  Hid space = space_h(H5Aget_space(a.value().get()));
+  if (H5Tget_class(type.get()) != H5T_STRING || H5Sget_simple_extent_npoints(space.get()) != 1)
+    return invalid(where + ": attribute '" + name + "' is not a string");
+  if (H5Tis_variable_str(type.get()) > 0) {
+    Hid mem = type_h(H5Tcopy(H5T_C_S1));
+    H5Tset_size(mem.get(), H5T_VARIABLE);
+    H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
+    char* p = nullptr;
+    if (H5Aread(a.value().get(), mem.get(), &p) < 0 || !p)
+      return invalid(where + ": attribute '" + name + "' unreadable" + hdf5_detail());
+    std::string s(p);
+    H5free_memory(p);
+    return s;
+  }
+  const size_t size = H5Tget_size(type.get());
+  if (size == 0 || size > (1u << 20))
+    return invalid(where + ": attribute '" + name + "' has an implausible size");
+  std::string s(size, '\0');
+  if (H5Aread(a.value().get(), type.get(), s.data()) < 0)
+    return invalid(where + ": attribute '" + name + "' unreadable" + hdf5_detail());
+  s.resize(std::strlen(s.c_str()));
+  return s;
+}
+
+StatusOr<std::vector<std::string>> read_attr_strings(hid_t obj, const std::string& where,
+                                                     const char* name) {
+  StatusOr<Hid> a = open_attr(obj, where, name);
+  if (!a.ok()) return a.status();
+  Hid type = type_h(H5Aget_type(a.value().get()));
+  Hid space = space_h(H5Aget_space(a.value().get()));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) <= 0 || n < 0 ||
+      n > 100000)
+    return invalid(where + ": attribute '" + name + "' is not a list of strings");
+  Hid mem = type_h(H5Tcopy(H5T_C_S1));
+  H5Tset_size(mem.get(), H5T_VARIABLE);
+  H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
+  std::vector<char*> p(static_cast<size_t>(n) + 1, nullptr);
+  if (n > 0 && H5Aread(a.value().get(), mem.get(), p.data()) < 0)
+    return invalid(where + ": attribute '" + name + "' unreadable" + hdf5_detail());
+  std::vector<std::string> out;
+  for (hssize_t i = 0; i < n; ++i) {
+    out.push_back(p[i] ? p[i] : "");
+    if (p[i]) H5free_memory(p[i]);
+  }
+  return out;
+}
+
+StatusOr<std::vector<int64_t>> read_attr_ints(hid_t obj, const std::string& where,
+                                              const char* name) {
+  StatusOr<Hid> a = open_attr(obj, where, name);
+  if (!a.ok()) return a.status();
+  Hid type = type_h(H5Aget_type(a.value().get()));
+  Hid space = space_h(H5Aget_space(a.value().get()));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (H5Tget_class(type.get()) != H5T_INTEGER || n < 0 || n > 64)
+    return invalid(where + ": attribute '" + name + "' is not a short list of integers");
+  std::vector<int64_t> v(static_cast<size_t>(n) + 1);
+  if (n > 0 && H5Aread(a.value().get(), H5T_NATIVE_INT64, v.data()) < 0)
+    return invalid(where + ": attribute '" + name + "' unreadable" + hdf5_detail());
+  v.resize(static_cast<size_t>(n));
+  return v;
+}
+
+StatusOr<int64_t> read_attr_int(hid_t obj, const std::string& where, const char* name) {
+  StatusOr<std::vector<int64_t>> v = read_attr_ints(obj, where, name);
+  if (!v.ok()) return v.status();
+  if (v.value().size() != 1) return invalid(where + ": attribute '" + name + "' is not a number");
+  return v.value()[0];
+}
+
+// --- groups and datasets ------------------------------------------------------------------
+
+// Object creation without timestamps (reproducible bytes), children indexed by creation order.
+Hid group_plist() {
+  Hid p = plist_h(H5Pcreate(H5P_GROUP_CREATE));
+  H5Pset_obj_track_times(p.get(), false);
+  H5Pset_link_creation_order(p.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+  H5Pset_attr_creation_order(p.get(), H5P_CRT_ORDER_TRACKED);
+  return p;
+}
+
+StatusOr<Hid> create_group(hid_t parent, const std::string& name) {
+  Hid gcpl = group_plist();
+  Hid g = group_h(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT));
+  if (!g.ok()) return Status::Internal("cannot create group '" + name + "'" + hdf5_detail());
+  return g;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) { return cases::shape_string(s); }
+
+// Writes one dataset; with `checksum`, also its dtype and SHA-256 attributes.
+Status write_dataset(hid_t group, const std::string& name, DType dtype,
+                     const std::vector<int64_t>& shape, const void* data, size_t nbytes,
+                     bool checksum, bool dtype_attr) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  Hid space =
+      space_h(dims.empty() ? H5Screate(H5S_SCALAR)
+                           : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  Hid dcpl = plist_h(H5Pcreate(H5P_DATASET_CREATE));
+  H5Pset_obj_track_times(dcpl.get(), false);
+  H5Pset_attr_creation_order(dcpl.get(), H5P_CRT_ORDER_TRACKED);
+  const Storage s = storage_of(dtype);
+  Hid d = dataset_h(H5Dcreate2(group, name.c_str(), s.file_type, space.get(), H5P_DEFAULT,
+                               dcpl.get(), H5P_DEFAULT));
+  if (!d.ok()) return Status::Internal("cannot create dataset '" + name + "'" + hdf5_detail());
+  if (nbytes > 0 && H5Dwrite(d.get(), s.mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    return Status::Internal("cannot write dataset '" + name + "'" + hdf5_detail());
+  if (dtype_attr) {
+    if (Status st = write_attr_string(d.get(), "dtype", cases::dtype_name(dtype)); !st.ok())
+      return st;
+  }
+  if (checksum) {
+    if (Status st = write_attr_string(d.get(), "sha256", sha256_hex(data, nbytes)); !st.ok())
+      return st;
+  }
+  return Status::Ok();
+}
+
+// Shape of a dataset, refusing implausible extents (a corrupted header) before any allocation.
+StatusOr<std::vector<int64_t>> dataset_shape(hid_t d, const std::string& where, size_t elem) {
+  Hid space = space_h(H5Dget_space(d));
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0 || rank > 16) return invalid(where + ": unreadable or implausible dataspace");
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  if (rank > 0 && H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0)
+    return invalid(where + ": unreadable dataspace" + hdf5_detail());
+  std::vector<int64_t> shape;
+  uint64_t bytes = elem;
+  for (hsize_t x : dims) {
+    if (x > (uint64_t{1} << 40) || (x > 0 && bytes > (uint64_t{1} << 40) / x))
+      return invalid(where + ": implausible shape");
+    bytes *= x;
+    shape.push_back(static_cast<int64_t>(x));
+  }
+  return shape;
+}
+
+// Groups and datasets under `g`, in creation order when the file tracks it, else by name.
+StatusOr<std::vector<std::string>> list_links(hid_t g, const std::string& where) {
+  H5G_info_t info;
+  if (H5Gget_info(g, &info) < 0) return invalid(where + ": unreadable group" + hdf5_detail());
+  if (info.nlinks > 1000000) return invalid(where + ": implausible number of entries");
+  // Creation order where the file has the index (ours do), else by name (e.g. h5py's files).
+  H5_index_t index = H5_INDEX_CRT_ORDER;
+  if (info.nlinks > 0 &&
+      H5Lget_name_by_idx(g, ".", index, H5_ITER_INC, 0, nullptr, 0, H5P_DEFAULT) < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    index = H5_INDEX_NAME;
+  }
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t n = H5Lget_name_by_idx(g, ".", index, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    if (n < 0) return invalid(where + ": unreadable entry" + hdf5_detail());
+    std::string name(static_cast<size_t>(n) + 1, '\0');
+    H5Lget_name_by_idx(g, ".", index, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT);
+    name.resize(static_cast<size_t>(n));
+    names.push_back(std::move(name));
+  }
+  return names;
+}
+
+StatusOr<Hid> open_group(hid_t parent, const std::string& name, const std::string& where) {
+  if (H5Lexists(parent, name.c_str(), H5P_DEFAULT) <= 0)
+    return invalid(where + ": group '" + name + "' missing");
+  Hid g = group_h(H5Gopen2(parent, name.c_str(), H5P_DEFAULT));
+  if (!g.ok()) return invalid(where + ": '" + name + "' is not a readable group" + hdf5_detail());
+  return g;
+}
+
+// Reads a dataset written by write_dataset() into a tensor, checking dtype and checksum.
+StatusOr<Tensor> read_checked_dataset(hid_t group, const std::string& name,
+                                      const std::string& where, DatasetInfo* info) {
+  Hid d = dataset_h(H5Dopen2(group, name.c_str(), H5P_DEFAULT));
+  if (!d.ok()) return invalid(where + ": not a readable dataset" + hdf5_detail());
+  StatusOr<std::string> dtype_name = read_attr_string(d.get(), where, "dtype");
+  if (!dtype_name.ok()) return dtype_name.status();
+  const std::optional<DType> dtype = parse_dtype(dtype_name.value());
+  if (!dtype) return invalid(where + ": unknown dtype '" + dtype_name.value() + "'");
+  Hid type = type_h(H5Dget_type(d.get()));
+  if (!matches_storage(type.get(), *dtype))
+    return invalid(where + ": stored as " + describe_type(type.get()) + ", which does not hold " +
+                   dtype_name.value());
+  StatusOr<std::vector<int64_t>> shape = dataset_shape(d.get(), where, storage_of(*dtype).size);
+  if (!shape.ok()) return shape.status();
+  StatusOr<std::string> sha = read_attr_string(d.get(), where, "sha256");
+  if (!sha.ok()) return sha.status();
+  Tensor t(name, *dtype, shape.value());
+  if (t.nbytes() > 0) {
+    // Contiguous data must be all there: a truncated or unwritten dataset is an error, not zeros.
+    Hid dcpl = plist_h(H5Dget_create_plist(d.get()));
+    if (dcpl.ok() && H5Pget_layout(dcpl.get()) == H5D_CONTIGUOUS &&
+        H5Dget_storage_size(d.get()) != t.nbytes())
+      return invalid(where + ": data missing or truncated");
+    if (H5Dread(d.get(), storage_of(*dtype).mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data()) < 0)
+      return invalid(where + ": data unreadable (truncated or corrupted file)" + hdf5_detail());
+  }
+  const std::string actual = sha256_hex(t.data(), t.nbytes());
+  if (actual != sha.value())
+    return invalid(where + ": checksum mismatch (sha256 attribute " + sha.value().substr(0, 16) +
+                   "..., data " + actual.substr(0, 16) + "...)");
+  if (info) *info = {"", name, dtype_name.value(), shape.value(), actual};
+  return t;
+}
+
+Hid file_access_plist() {
+  Hid fapl = plist_h(H5Pcreate(H5P_FILE_ACCESS));
+  // Object headers and the superblock carry checksums from format 1.8 on: a flipped byte in
+  // the file's metadata is then an error instead of a wrong value.
+  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+  return fapl;
+}
+
+}  // namespace
+
+// --- case ids as group names ----------------------------------------------------------------
+
+std::string escape_case_id(const std::string& id) {
+  std::string out;
+  for (char ch : id) {
+    if (ch == '%')
+      out += "%25";
+    else if (ch == '/')
+      out += "%2F";
+    else
+      out += ch;
+  }
+  return out;
+}
+
+std::string unescape_case_id(const std::string& name) {
+  std::string out;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (name[i] == '%' && name.compare(i, 3, "%25") == 0) {
+      out += '%';
+      i += 2;
+    } else if (name[i] == '%' && name.compare(i, 3, "%2F") == 0) {
+      out += '/';
+      i += 2;
+    } else {
+      out += name[i];
+    }
+  }
+  return out;
+}
+
+// --- writer ---------------------------------------------------------------------------------
+
+struct FixtureWriter::Impl {
+  std::string path, temp;
+  Hid file;
+  bool committed = false;
+
+  ~Impl() {
+    if (!committed && !temp.empty()) {
+      file.reset();
+      std::remove(temp.c_str());
+    }
+  }
+};
+
+FixtureWriter::FixtureWriter() : impl_(std::make_unique<Impl>()) {}
+FixtureWriter::~FixtureWriter() = default;
+const std::string& FixtureWriter::temp_path() const { return impl_->temp; }
+
+Status FixtureWriter::open(const std::string& path, const FileInfo& info) {
+  quiet_hdf5();
+  if (!impl_->temp.empty()) return Status::Internal("fixture writer already open");
+  impl_->path = path;
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (base.empty()) return invalid("not a file name");
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return invalid("folder " + dir + " does not exist");
+  // A hidden temporary file in the destination's folder, so the final rename() is atomic.
+  std::string tmpl = (slash == std::string::npos ? "" : dir) + "." + base + ".tmp-XXXXXX";
+  const int fd = mkstemp(tmpl.data());
+  if (fd < 0)
+    return invalid(std::string("cannot create a temporary file: ") + std::strerror(errno));
+  // mkstemp() makes the file private (0600); the fixture gets the mode a plain create would.
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::fchmod(fd, 0666 & ~mask);
+  ::close(fd);
+  impl_->temp = tmpl;
+  Hid fcpl = plist_h(H5Pcreate(H5P_FILE_CREATE));
+  H5Pset_obj_track_times(fcpl.get(), false);
+  H5Pset_link_creation_order(fcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+  Hid fapl = file_access_plist();
+  impl_->file = file_h(H5Fcreate(tmpl.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
+  if (!impl_->file.ok()) return invalid("cannot create an HDF5 file" + hdf5_detail());
+  const hid_t f = impl_->file.get();
+  for (Status st : {write_attr_string(f, "format", kFormatName),
+                    write_attr_int(f, "format_version", info.format_version),
+                    write_attr_int(f, "generator_version", info.generator_version),
+                    write_attr_string(f, "tolerance_policy", info.tolerance_policy),
+                    write_attr_string(f, "producer", info.producer)})
+    if (!st.ok()) return st;
+  return Status::Ok();
+}
+
+Status FixtureWriter::add(const FixtureCase& fc) {
+  quiet_hdf5();
+  if (!impl_->file.ok()) return Status::Internal("fixture writer not open");
+  const std::string id = fc.c.id(), name = escape_case_id(id);
+  if (H5Lexists(impl_->file.get(), name.c_str(), H5P_DEFAULT) > 0)
+    return invalid("case '" + id + "' written twice");
+  StatusOr<Hid> g = create_group(impl_->file.get(), name);
+  if (!g.ok()) return g.status();
+  const hid_t gid = g.value().get();
+  for (Status st : {write_attr_string(gid, "case_id", id), write_attr_string(gid, "op", fc.c.op()),
+                    write_attr_int(gid, "seed", static_cast<int64_t>(fc.c.seed())),
+                    write_attr_int(gid, "format_version", kFormatVersion),
+                    write_attr_int(gid, "generator_version", fc.generator_version),
+                    write_attr_string(gid, "tolerance_policy", fc.tolerance_policy)})
+    if (!st.ok()) return st;
+
+  // The parameters again, one string attribute each, so a reader needs no case-id parser.
+  StatusOr<Hid> params = create_group(gid, "params");
+  if (!params.ok()) return params.status();
+  for (const auto& [k, v] : fc.c.params())
+    if (Status st = write_attr_string(params.value().get(), k.c_str(), v); !st.ok()) return st;
+
+  // The list of inputs, so that a dataset removed from the file is noticed.
+  std::vector<std::string> input_names;
+  for (const Tensor& t : fc.inputs.all()) input_names.push_back(t.name());
+  if (Status st = write_attr_strings(gid, "input_names", input_names); !st.ok()) return st;
+  StatusOr<Hid> inputs = create_group(gid, "inputs");
+  if (!inputs.ok()) return inputs.status();
+  for (const Tensor& t : fc.inputs.all())
+    if (Status st = write_dataset(inputs.value().get(), t.name(), t.dtype(), t.shape(), t.data(),
+                                  t.nbytes(), true, true);
+        !st.ok())
+      return st;
+
+  StatusOr<Hid> outputs = create_group(gid, "outputs");
+  if (!outputs.ok()) return outputs.status();
+  for (const harness::OutputSpec& s : fc.outputs) {
+    StatusOr<Hid> o = create_group(outputs.value().get(), s.name);
+    if (!o.ok()) return o.status();
+    if (Status st = write_attr_string(o.value().get(), "dtype", cases::dtype_name(s.dtype));
+        !st.ok())
+      return st;
+    if (Status st = write_attr_ints(o.value().get(), "shape", s.shape, false); !st.ok()) return st;
+  }
+
+  if (!fc.expected.empty()) {
+    StatusOr<Hid> expected = create_group(gid, "expected");
+    if (!expected.ok()) return expected.status();
+    for (const harness::OutputSpec& s : fc.outputs) {
+      auto it = fc.expected.find(s.name);
+      int64_t numel = 1;
+      for (int64_t d : s.shape) numel *= d;
+      if (it == fc.expected.end() || static_cast<int64_t>(it->second.size()) != numel)
+        return Status::Internal("case '" + id + "': no expected values of the shape of '" + s.name +
+                                "'");
+      if (Status st =
+              write_dataset(expected.value().get(), s.name, DType::kF64, s.shape, it->second.data(),
+                            it->second.size() * sizeof(double), true, true);
+          !st.ok())
+        return st;
+    }
+    if (fc.expected.size() != fc.outputs.size())
+      return Status::Internal("case '" + id + "': expected values for an unknown output");
+  }
+  return Status::Ok();
+}
+
+Status FixtureWriter::commit() {
+  quiet_hdf5();
+  if (!impl_->file.ok()) return Status::Internal("fixture writer not open");
+  if (!impl_->file.reset()) return invalid("cannot finish writing" + hdf5_detail());
+  // The data must be on disk before the name points at it.
+  const int fd = ::open(impl_->temp.c_str(), O_RDONLY);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    if (fd >= 0) ::close(fd);
+    return invalid(std::string("cannot sync the temporary file: ") + std::strerror(errno));
+  }
+  ::close(fd);
+  if (std::rename(impl_->temp.c_str(), impl_->path.c_str()) != 0)
+    return invalid(std::string("cannot rename the temporary file into place: ") +
+                   std::strerror(errno));
+  impl_->committed = true;
+  impl_->temp.clear();
+  return Status::Ok();
+}
+
+// --- reader ---------------------------------------------------------------------------------
+
+struct FixtureReader::Impl {
+  std::string path;
+  Hid file;
+  FileInfo info;
+  std::vector<std::string> groups;
+};
+
+FixtureReader::FixtureReader() : impl_(std::make_unique<Impl>()) {}
+FixtureReader::~FixtureReader() = default;
+const FileInfo& FixtureReader::info() const { return impl_->info; }
+const std::vector<std::string>& FixtureReader::case_groups() const { return impl_->groups; }
+
+Status FixtureReader::open(const std::string& path) {
+  quiet_hdf5();
+  impl_->path = path;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    return invalid(std::string("cannot open: ") + strerror(errno));
+  if (!S_ISREG(st.st_mode)) return invalid("not a regular file");
+  Hid fapl = plist_h(H5Pcreate(H5P_FILE_ACCESS));
+  impl_->file = file_h(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
+  if (!impl_->file.ok())
+    return invalid("not a readable HDF5 file (truncated or corrupted?)" + hdf5_detail());
+  const hid_t f = impl_->file.get();
+  StatusOr<std::string> format = read_attr_string(f, "file", "format");
+  if (!format.ok() || format.value() != kFormatName)
+    return invalid(std::string("not a deltacheck golden fixture (root attribute format != '") +
+                   kFormatName + "')");
+  StatusOr<int64_t> version = read_attr_int(f, "file", "format_version");
+  if (!version.ok()) return version.status();
+  if (version.value() != kFormatVersion)
+    return invalid("unknown format version " + std::to_string(version.value()) +
+                   " (this build reads version " + std::to_string(kFormatVersion) + ")");
+  impl_->info.format_version = version.value();
+  StatusOr<int64_t> gen = read_attr_int(f, "file", "generator_version");
+  if (!gen.ok()) return gen.status();
+  impl_->info.generator_version = gen.value();
+  StatusOr<std::string> tol = read_attr_string(f, "file", "tolerance_policy");
+  if (!tol.ok()) return tol.status();
+  impl_->info.tolerance_policy = tol.value();
+  if (StatusOr<std::string> p = read_attr_string(f, "file", "producer"); p.ok())
+    impl_->info.producer = p.value();
+  StatusOr<std::vector<std::string>> groups = list_links(f, "file");
+  if (!groups.ok()) return groups.status();
+  impl_->groups = groups.take();
+  return Status::Ok();
+}
+
+StatusOr<FixtureCase> FixtureReader::read(size_t index) const {
+  quiet_hdf5();
+  if (!impl_->file.ok()) return Status::Internal("fixture reader not open");
+  if (index >= impl_->groups.size()) return Status::Internal("case index out of range");
+  const std::string& name = impl_->groups[index];
+  const std::string where = "case '" + unescape_case_id(name) + "'";
+  StatusOr<Hid> g = open_group(impl_->file.get(), name, "file");
+  if (!g.ok()) return g.status();
+  const hid_t gid = g.value().get();
+
+  StatusOr<std::string> id = read_attr_string(gid, where, "case_id");
+  if (!id.ok()) return id.status();
+  if (escape_case_id(id.value()) != name)
+    return invalid(where + ": group name does not match its case_id attribute '" + id.value() +
+                   "'");
+  std::optional<cases::Case> c;
+  try {
+    c = cases::Case::parse(id.value());
+  } catch (const std::exception& e) {
+    return invalid(std::string("case id does not parse: ") + e.what());
+  }
+  StatusOr<std::string> op = read_attr_string(gid, where, "op");
+  if (!op.ok()) return op.status();
+  if (op.value() != c->op()) return invalid(where + ": attribute op '" + op.value() + "' differs");
+  StatusOr<int64_t> seed = read_attr_int(gid, where, "seed");
+  if (!seed.ok()) return seed.status();
+  if (static_cast<uint64_t>(seed.value()) != c->seed())
+    return invalid(where + ": attribute seed " + std::to_string(seed.value()) +
+                   " differs from the id's seed");
+  StatusOr<int64_t> version = read_attr_int(gid, where, "format_version");
+  if (!version.ok()) return version.status();
+  if (version.value() != kFormatVersion)
+    return invalid(where + ": unknown format version " + std::to_string(version.value()));
+  StatusOr<int64_t> gen = read_attr_int(gid, where, "generator_version");
+  if (!gen.ok()) return gen.status();
+  StatusOr<std::string> tol = read_attr_string(gid, where, "tolerance_policy");
+  if (!tol.ok()) return tol.status();
+
+  FixtureCase fc{*c, {}, {}, {}, gen.value(), tol.value(), {}};
+
+  StatusOr<Hid> inputs = open_group(gid, "inputs", where);
+  if (!inputs.ok()) return inputs.status();
+  StatusOr<std::vector<std::string>> input_names = list_links(inputs.value().get(), where);
+  if (!input_names.ok()) return input_names.status();
+  StatusOr<std::vector<std::string>> listed = read_attr_strings(gid, where, "input_names");
+  if (!listed.ok()) return listed.status();
+  for (const std::string& n : listed.value())
+    if (std::find(input_names.value().begin(), input_names.value().end(), n) ==
+        input_names.value().end())
+      return invalid(where + ": inputs/" + n + " missing");
+  if (listed.value() != input_names.value())
+    return invalid(where + ": inputs differ from the input_names attribute");
+  for (const std::string& n : input_names.value()) {
+    DatasetInfo info;
+    StatusOr<Tensor> t =
+        read_checked_dataset(inputs.value().get(), n, where + " inputs/" + n, &info);
+    if (!t.ok()) return t.status();
+    info.role = "inputs";
+    fc.datasets.push_back(std::move(info));
+    fc.inputs.add(t.take());
+  }
+
+  StatusOr<Hid> outputs = open_group(gid, "outputs", where);
+  if (!outputs.ok()) return outputs.status();
+  StatusOr<std::vector<std::string>> output_names = list_links(outputs.value().get(), where);
+  if (!output_names.ok()) return output_names.status();
+  for (const std::string& n : output_names.value()) {
+    const std::string w = where + " outputs/" + n;
+    StatusOr<Hid> o = open_group(outputs.value().get(), n, where);
+    if (!o.ok()) return o.status();
+    StatusOr<std::string> dt = read_attr_string(o.value().get(), w, "dtype");
+    if (!dt.ok()) return dt.status();
+    const std::optional<DType> dtype = parse_dtype(dt.value());
+    if (!dtype) return invalid(w + ": unknown dtype '" + dt.value() + "'");
+    StatusOr<std::vector<int64_t>> shape = read_attr_ints(o.value().get(), w, "shape");
+    if (!shape.ok()) return shape.status();
+    fc.outputs.push_back({n, *dtype, shape.value()});
+  }
+  if (fc.outputs.empty()) return invalid(where + ": no outputs");
+
+  if (H5Lexists(gid, "expected", H5P_DEFAULT) > 0) {
+    StatusOr<Hid> expected = open_group(gid, "expected", where);
+    if (!expected.ok()) return expected.status();
+    for (const harness::OutputSpec& s : fc.outputs) {
+      const std::string w = where + " expected/" + s.name;
+      if (H5Lexists(expected.value().get(), s.name.c_str(), H5P_DEFAULT) <= 0)
+        return invalid(w + ": dataset missing");
+      DatasetInfo info;
+      StatusOr<Tensor> t = read_checked_dataset(expected.value().get(), s.name, w, &info);
+      if (!t.ok()) return t.status();
+      if (t.value().dtype() != DType::kF64) return invalid(w + ": not fp64");
+      if (t.value().shape() != s.shape)
+        return invalid(w + ": shape " + shape_str(t.value().shape()) + " differs from output " +
+                       shape_str(s.shape));
+      info.role = "expected";
+      fc.datasets.push_back(std::move(info));
+      const double* p = t.value().as<double>();
+      fc.expected[s.name].assign(p, p + t.value().numel());
+    }
+  }
+  return fc;
+}
+
+// --- the external-candidate protocol ------------------------------------------------------
+
+Status write_input_file(const std::string& path, const cases::Case& c,
+                        const cases::TensorMap& inputs,
+                        const std::vector<harness::OutputSpec>& outputs) {
+  FixtureWriter w;
+  FileInfo info;
+  info.producer = "deltacheck external backend";
+  if (Status st = w.open(path, info); !st.ok()) return st;
+  FixtureCase fc{c, {}, {}, outputs, 0, "", {}};
+  // Copies without guard bands: the program sees exactly the tensors.
+  for (const Tensor& t : inputs.all()) {
+    Tensor& copy = fc.inputs.add(Tensor(t.name(), t.dtype(), t.shape()));
+    if (t.nbytes() > 0) std::memcpy(copy.data(), t.data(), t.nbytes());
+  }
+  if (Status st = w.add(fc); !st.ok()) return st;
+  return w.commit();
+}
+
+Status read_output_file(const std::string& path, cases::TensorMap& outputs) {
+  quiet_hdf5();
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return invalid("the program wrote no output file {out}");
+  Hid fapl = plist_h(H5Pcreate(H5P_FILE_ACCESS));
+  Hid file = file_h(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
+  if (!file.ok()) return invalid("{out} is not a readable HDF5 file" + hdf5_detail());
+  const hid_t f = file.get();
+  if (H5Aexists(f, "unsupported") > 0) {
+    StatusOr<std::string> why = read_attr_string(f, "{out}", "unsupported");
+    return Status::Unsupported(why.ok() ? why.value() : "declined by the program");
+  }
+  for (Tensor& t : outputs.all()) {
+    const std::string where = "output '" + t.name() + "'";
+    if (H5Lexists(f, t.name().c_str(), H5P_DEFAULT) <= 0) {
+      std::string found;
+      if (StatusOr<std::vector<std::string>> names = list_links(f, "{out}"); names.ok())
+        for (const std::string& n : names.value()) found += (found.empty() ? "" : ", ") + n;
+      return invalid(where + " missing from {out} (found: " + (found.empty() ? "nothing" : found) +
+                     ")");
+    }
+    Hid d = dataset_h(H5Dopen2(f, t.name().c_str(), H5P_DEFAULT));
+    if (!d.ok()) return invalid(where + " in {out} is not a readable dataset" + hdf5_detail());
+    Hid type = type_h(H5Dget_type(d.get()));
+    const bool half_bits = t.dtype() == DType::kBF16 || t.dtype() == DType::kF16;
+    const bool native_half = t.dtype() == DType::kF16 && is_ieee_half(type.get());
+    if (!native_half && !matches_storage(type.get(), t.dtype()))
+      return invalid(where + ": dtype " + describe_type(type.get()) + ", expected " +
+                     cases::dtype_name(t.dtype()) +
+                     (half_bits ? " (16-bit unsigned integers holding the bits, with attribute "
+                                  "dtype='" +
+                                      std::string(cases::dtype_name(t.dtype())) + "')"
+                                : ""));
+    if (half_bits && !native_half) {
+      // uint16 alone could hold either 16-bit format: the attribute says which one was meant.
+      StatusOr<std::string> dt = read_attr_string(d.get(), where, "dtype");
+      if (!dt.ok() || dt.value() != cases::dtype_name(t.dtype()))
+        return invalid(where + ": uint16 data needs attribute dtype='" +
+                       cases::dtype_name(t.dtype()) + "'" +
+                       (dt.ok() ? " (found '" + dt.value() + "')" : ""));
+    }
+    StatusOr<std::vector<int64_t>> shape =
+        dataset_shape(d.get(), where, storage_of(t.dtype()).size);
+    if (!shape.ok()) return shape.status();
+    if (shape.value() != t.shape())
+      return invalid(where + ": shape " + shape_str(shape.value()) + ", expected " +
+                     shape_str(t.shape()));
+    if (t.nbytes() > 0) {
+      const hid_t mem = native_half ? type.get() : storage_of(t.dtype()).mem_type;
+      if (H5Dread(d.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data()) < 0)
+        return invalid(where + ": data unreadable" + hdf5_detail());
+    }
+  }
+  return Status::Ok();
+}
+
+Status write_output_file(const std::string& path, const cases::TensorMap& outputs) {
+  quiet_hdf5();
+  Hid fcpl = plist_h(H5Pcreate(H5P_FILE_CREATE));
+  H5Pset_obj_track_times(fcpl.get(), false);
+  Hid file = file_h(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), H5P_DEFAULT));
+  if (!file.ok()) return invalid("cannot create an HDF5 file" + hdf5_detail());
+  for (const Tensor& t : outputs.all()) {
+    const bool half = t.dtype() == DType::kBF16 || t.dtype() == DType::kF16;
+    if (Status st = write_dataset(file.get(), t.name(), t.dtype(), t.shape(), t.data(), t.nbytes(),
+                                  false, half);
+        !st.ok())
+      return st;
+  }
+  if (!file.reset()) return invalid("cannot finish writing" + hdf5_detail());
+  return Status::Ok();
+}
+
+}  // namespace deltacheck::golden

@@ -1,0 +1,138 @@
+// The golden fixture format (HDF5, version kFormatVersion; described for users in
+// golden/README.md): one group per case holding its inputs, its FP64 expected outputs and the
+// attributes that say how they were made, with a SHA-256 of every dataset. The same format carries
+// a case to an external program ({in}: a one-case file without expected values), and a simpler
+// one brings the program's outputs back ({out}: one dataset per output at the root).
+//
+// Every function returns errors as values: a message naming the dataset or attribute and the
+// problem, never an HDF5 error stack on stderr. Nothing here runs an operation; fixtures.h joins
+// the format to the harness (generation, the tolerance baseline, drift checks).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cases/case.h"
+#include "cases/tensor.h"
+#include "harness/operation.h"
+#include "kernels/common/status.h"
+
+namespace deltacheck::golden {
+
+constexpr const char* kFormatName = "deltacheck-golden";
+constexpr int kFormatVersion = 1;
+
+// A value or the Status saying why there is none.
+template <typename T>
+class StatusOr {
+ public:
+  // Implicit, so that functions can `return status;` or `return value;`.
+  StatusOr(Status s) : status_(std::move(s)) {}  // NOLINT
+  StatusOr(T&& v) : value_(std::move(v)) {}      // NOLINT
+  StatusOr(const T& v) : value_(v) {}            // NOLINT
+  bool ok() const { return status_.ok(); }
+  const Status& status() const { return status_; }
+  T& value() { return *value_; }
+  const T& value() const { return *value_; }
+  T take() { return std::move(*value_); }
+
+ private:
+  Status status_;
+  std::optional<T> value_;
+};
+
+// One stored dataset as the reader found it (what `golden inspect` lists).
+struct DatasetInfo {
+  std::string role;  // "inputs" or "expected"
+  std::string name;
+  std::string dtype;  // the tensor's dtype name (expected: "fp64")
+  std::vector<int64_t> shape;
+  std::string sha256;
+};
+
+// Everything a fixture file holds for one case. The tolerance baseline is not stored: it belongs
+// to the tolerance policy, not to the ground truth, and fixtures.h recomputes it from the inputs.
+struct FixtureCase {
+  cases::Case c;
+  cases::TensorMap inputs;
+  harness::Values expected;  // empty in an external program's {in} file
+  std::vector<harness::OutputSpec> outputs;
+  // As stored (filled by the reader; the writer records this build's versions).
+  int64_t generator_version = 0;
+  std::string tolerance_policy;
+  std::vector<DatasetInfo> datasets;
+};
+
+// File-level attributes.
+struct FileInfo {
+  int64_t format_version = kFormatVersion;
+  int64_t generator_version = 0;
+  std::string tolerance_policy;
+  std::string producer;  // e.g. "deltacheck 0.1.0"
+};
+
+// The group name of a case id: '%' -> "%25", '/' -> "%2F" (HDF5 names cannot hold '/').
+std::string escape_case_id(const std::string& id);
+std::string unescape_case_id(const std::string& name);
+
+// Writes a fixture file atomically: cases go to a temporary file in the destination's folder,
+// which commit() renames onto the destination. A writer destroyed before commit() removes the
+// temporary file, so the destination is never partial and is untouched on failure.
+class FixtureWriter {
+ public:
+  FixtureWriter();
+  ~FixtureWriter();
+  FixtureWriter(const FixtureWriter&) = delete;
+  FixtureWriter& operator=(const FixtureWriter&) = delete;
+
+  Status open(const std::string& path, const FileInfo& info);
+  // Writes one case; its group holds `expected` only when the case has any.
+  Status add(const FixtureCase& fc);
+  Status commit();
+  // The temporary file being written (empty before open() and after commit()).
+  const std::string& temp_path() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads a fixture file. open() checks the file-level attributes (format name and version); each
+// read() checks one case completely: group name against its case id, that the id parses and is
+// canonical, the seed, every dataset's dtype, shape and SHA-256, and that every output has its
+// expected dataset.
+class FixtureReader {
+ public:
+  FixtureReader();
+  ~FixtureReader();
+  FixtureReader(const FixtureReader&) = delete;
+  FixtureReader& operator=(const FixtureReader&) = delete;
+
+  Status open(const std::string& path);
+  const FileInfo& info() const;
+  // Group names of the cases, in the order they were written (ids: unescape_case_id).
+  const std::vector<std::string>& case_groups() const;
+  StatusOr<FixtureCase> read(size_t index) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The external-candidate protocol (golden/README.md, "External programs").
+// {in}: a fixture file with the one case, its inputs and output specs, no expected values.
+Status write_input_file(const std::string& path, const cases::Case& c,
+                        const cases::TensorMap& inputs,
+                        const std::vector<harness::OutputSpec>& outputs);
+// {out}: fills every tensor of `outputs` (names, shapes and dtypes fixed by the caller) from the
+// file's root datasets. A root attribute "unsupported" is the program declining the case
+// (Status Unsupported with its text); anything missing or malformed is InvalidArgument.
+Status read_output_file(const std::string& path, cases::TensorMap& outputs);
+// Writes `outputs` in the {out} format (tests, and C++ programs that answer the protocol).
+Status write_output_file(const std::string& path, const cases::TensorMap& outputs);
+
+}  // namespace deltacheck::golden

@@ -1,0 +1,64 @@
+// The cpu backend's gdr cases: prefill through the chunked kernel, one-token decode through the
+// recurrent decode kernel, and the pooled modes in place on a copy of the state pool.
+#include <cstring>
+
+#include "harness/backends/backends.h"
+#include "harness/gdr_problem.h"
+#include "kernels/cpu/gated_delta_rule.h"
+#include "kernels/cpu/recurrent_decode.h"
+
+namespace deltacheck::harness {
+
+kernels::cpu::RecurrentDecodeParams decode_params(const cases::Case& c, const cases::TensorMap& in,
+                                                  cases::TensorMap& out, int64_t tokens) {
+  const kernels::cpu::GatedDeltaRuleParams g = gdr_params(c, in, out);
+  kernels::cpu::RecurrentDecodeParams p;
+  const int64_t total = g.batch * g.seq_len;
+  p.num_seqs = total / tokens;
+  p.tokens_per_seq = tokens;
+  p.num_heads = g.num_heads;
+  p.num_value_heads = g.num_value_heads;
+  p.key_dim = g.key_dim;
+  p.value_dim = g.value_dim;
+  p.dtype = g.dtype;
+  p.q = g.q, p.k = g.k, p.v = g.v, p.g = g.g, p.beta = g.beta, p.o = g.o;
+  p.use_qk_l2norm = g.use_qk_l2norm;
+  return p;
+}
+
+Status run_cpu_gdr_case(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) {
+  const std::string cache = c.get("cache");
+  if (cache == "pool" || cache == "spec") {
+    cases::Tensor& pool = out.at("state_pool");
+    std::memcpy(pool.data(), in.at("state_pool").data(), pool.nbytes());
+    const cases::Tensor& slots = in.at("state_slots");
+    if (cache == "pool") {
+      kernels::cpu::GatedDeltaRuleParams p = gdr_params(c, in, out);
+      p.initial_state = pool.as<float>();
+      p.final_state = pool.as<float>();  // in place on the pool
+      p.state_slots = slots.as<int32_t>();
+      p.num_state_rows = pool.shape()[0];
+      return kernels::cpu::chunked_gated_delta_rule(p);
+    }
+    const GdrDims d = gdr_dims(c);
+    kernels::cpu::RecurrentDecodeParams p = decode_params(c, in, out, d.T);
+    p.state = pool.as<float>();
+    p.state_slots = slots.as<int32_t>();
+    p.num_state_rows = pool.shape()[0];
+    p.token_states = out.at("token_states").as<float>();
+    return kernels::cpu::recurrent_decode(p);
+  }
+  if (cache == "decode") {
+    cases::Tensor& state = out.at("final_state");
+    if (const cases::Tensor* s0 = in.find("initial_state"))
+      std::memcpy(state.data(), s0->data(), state.nbytes());
+    else
+      std::memset(state.data(), 0, state.nbytes());
+    kernels::cpu::RecurrentDecodeParams p = decode_params(c, in, out, 1);
+    p.state = state.as<float>();
+    return kernels::cpu::recurrent_decode(p);
+  }
+  return kernels::cpu::chunked_gated_delta_rule(gdr_params(c, in, out));
+}
+
+}  // namespace deltacheck::harness

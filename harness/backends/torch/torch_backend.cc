@@ -1,0 +1,211 @@
+// Backend "torch": the ATen kernels of kernels/torch, on the device given by --device. Each case
+// op the backend knows is one entry of kTorchOps (a supports and a run function); adding an op is
+// one entry and its run function.
+#include "harness/backends/torch/torch_backend.h"
+
+#include <ATen/ATen.h>
+#include <torch/version.h>
+
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/backends/torch/aten_tensors.h"
+#include "harness/backends/torch/torch_mask_adapter.h"
+#include "kernels/torch/gated_delta_rule.h"
+
+namespace deltacheck::harness {
+namespace {
+
+using cases::Case;
+using cases::TensorMap;
+using torch_bridge::copy_output;
+using torch_bridge::optional_input;
+using torch_bridge::to_aten;
+
+struct TorchOp {
+  const char* op;  // case op, e.g. "gdr"
+  Support (*supports)(const Case& c);
+  Status (*run)(const Case& c, const TensorMap& in, TensorMap& out, const c10::Device& device);
+};
+
+// ---- gdr: the chunked gated delta rule --------------------------------------------------------
+
+// chunked and dynamic are driven by the harness (harness/call_plan.h) as prefill and decode calls
+// with the state carried between them; pool and spec read and write a slot-addressed state pool,
+// gathered and scattered here around the kernels, as a framework without pooled kernels does.
+Support gdr_supports(const Case& c) {
+  const std::string cache = c.get("cache");
+  for (const char* m : {"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec"})
+    if (cache == m) return Support::Yes();
+  return Support::No("torch backend: gdr cache mode '" + cache + "' not implemented");
+}
+
+struct GdrTensors {
+  at::Tensor q, k, v, g, beta;
+  std::optional<at::Tensor> cu_seqlens, initial_state;
+  bool l2;
+};
+
+GdrTensors gdr_tensors(const Case& c, const TensorMap& in, const c10::Device& device) {
+  return {to_aten(in.at("q"), device),
+          to_aten(in.at("k"), device),
+          to_aten(in.at("v"), device),
+          to_aten(in.at("g"), device),
+          to_aten(in.at("beta"), device),
+          optional_input(in, "cu_seqlens", device),
+          optional_input(in, "initial_state", device),
+          c.get_bool("l2")};
+}
+
+// Prefill through the chunked form, decode calls (one token per sequence) through the recurrence.
+kernels::torch::TorchGdrResult gdr_call(const GdrTensors& t, bool decode, bool keep_state) {
+  if (decode)
+    return kernels::torch::recurrent_gated_delta_rule(
+        t.q, t.k, t.v, t.g, t.beta, t.cu_seqlens, t.initial_state, /*scale=*/0.0, t.l2, keep_state);
+  return kernels::torch::chunked_gated_delta_rule(t.q, t.k, t.v, t.g, t.beta, t.cu_seqlens,
+                                                  t.initial_state, /*scale=*/0.0, t.l2,
+                                                  /*chunk_size=*/64, keep_state);
+}
+
+// cache=pool: every entry starts from its pool row; entries with a negative slot (padding) are
+// computed from row 0 but never written back, so rows nobody addresses stay as they were.
+// cache=spec: the draft tokens one recurrent step at a time, keeping the state after each.
+Status gdr_run_pooled(const Case& c, const TensorMap& in, TensorMap& out,
+                      const c10::Device& device) {
+  GdrTensors t = gdr_tensors(c, in, device);
+  const at::Tensor pool = to_aten(in.at("state_pool"), device);
+  const at::Tensor slots = to_aten(in.at("state_slots"), device).to(at::kLong);
+  const at::Tensor used = slots.ge(0).nonzero().squeeze(1);
+  t.initial_state = pool.index_select(0, slots.clamp_min(0));
+  at::Tensor o, last_state;
+  if (c.get("cache") == "spec") {
+    const int64_t drafts = t.q.size(1);
+    std::vector<at::Tensor> outputs, states;
+    const GdrTensors all = t;
+    for (int64_t i = 0; i < drafts; ++i) {
+      auto token = [&](const at::Tensor& x) { return x.narrow(1, i, 1); };
+      t.q = token(all.q), t.k = token(all.k), t.v = token(all.v), t.g = token(all.g),
+      t.beta = token(all.beta);
+      const auto r = gdr_call(t, /*decode=*/true, /*keep_state=*/true);
+      outputs.push_back(r.output);
+      states.push_back(r.final_state);
+      t.initial_state = r.final_state;
+    }
+    o = at::cat(outputs, 1);
+    last_state = *t.initial_state;
+    if (Status st = copy_output(at::stack(states, 1), out.at("token_states"), "token_states");
+        !st.ok())
+      return st;
+  } else {
+    const auto r = gdr_call(t, /*decode=*/false, /*keep_state=*/true);
+    o = r.output;
+    last_state = r.final_state;
+  }
+  at::Tensor pool_after = pool.clone();
+  pool_after.index_copy_(0, slots.index_select(0, used), last_state.index_select(0, used));
+  if (Status st = copy_output(o, out.at("o"), "o"); !st.ok()) return st;
+  return copy_output(pool_after, out.at("state_pool"), "state_pool");
+}
+
+Status gdr_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::Device& device) {
+  const std::string cache = c.get("cache");
+  if (cache == "pool" || cache == "spec") return gdr_run_pooled(c, in, out, device);
+  cases::Tensor* final_state = out.find("final_state");
+  const auto r = gdr_call(gdr_tensors(c, in, device), cache == "decode", final_state != nullptr);
+  if (Status st = copy_output(r.output, out.at("o"), "o"); !st.ok()) return st;
+  if (final_state) return copy_output(r.final_state, *final_state, "final_state");
+  return Status::Ok();
+}
+
+// ---- mask, layers, segments: the LibTorch mask builder (torch_mask_adapter.h) ----------------
+
+Support mask_supports(const Case& c) {
+  if (torch_mask_supports(c)) return Support::Yes();
+  return Support::No("the LibTorch mask builder does not run op '" + c.op() + "'");
+}
+
+// The builder takes and returns host buffers, so it runs on the CPU whatever the device.
+Status mask_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::Device&) {
+  return run_torch_mask_case(c, in, out);
+}
+
+// TODO(lead): the layer op. An entry {"layer", layer_supports, layer_run} wrapping
+// kernels::torch::linear_attention_layer (tokens squeezed to [T, ...], decode calls with
+// GdrForm::kRecurrent) passes the oracle comparison on all 299 gate layer cases, but 19 of them
+// get verdict leak from the bit-identity probes (alone, order): that kernel's result for a
+// sequence depends in the last bits on what else is packed with it (the gdr kernel's does not).
+// Add the entry once the layer kernel is batch-invariant, or once probes can be asked for a
+// tolerance instead of bit-identity per op.
+constexpr TorchOp kTorchOps[] = {
+    {"gdr", gdr_supports, gdr_run},         // kernels/torch/gated_delta_rule
+    {"mask", mask_supports, mask_run},      // kernels/torch/mask_builder
+    {"layers", mask_supports, mask_run},    // per layer type
+    {"segments", mask_supports, mask_run},  // sequence boundaries
+};
+
+const TorchOp* find_op(const std::string& op) {
+  for (const TorchOp& t : kTorchOps)
+    if (op == t.op) return &t;
+  return nullptr;
+}
+
+class TorchBackend : public Backend {
+ public:
+  explicit TorchBackend(std::string device) : device_name_(std::move(device)) {}
+
+  std::string name() const override { return "torch"; }
+  std::string description() const override {
+    std::string ops;
+    for (const TorchOp& t : kTorchOps) ops += std::string(ops.empty() ? "" : ", ") + t.op;
+    return "LibTorch " TORCH_VERSION " ATen kernels (kernels/torch) on --device cpu | cuda: " + ops;
+  }
+
+  Support supports(const Case& c) const override {
+    const TorchOp* op = find_op(c.op());
+    if (!op) return Support::No("torch backend has no kernel for op '" + c.op() + "'");
+    const torch_bridge::DeviceChoice& d = device();
+    if (!d.device) return Support::No(d.why_not);
+    return op->supports(c);
+  }
+
+  Status run(const Case& c, const TensorMap& in, TensorMap& out) override {
+    const TorchOp* op = find_op(c.op());
+    const torch_bridge::DeviceChoice& d = device();
+    if (!op || !d.device) return Status::Unsupported(supports(c).reason);
+    return torch_bridge::status_of("torch", [&] { return op->run(c, in, out, *d.device); });
+  }
+
+ private:
+  // Resolved on first use: asking for the CUDA device count initializes CUDA, which listing the
+  // backends must not do.
+  const torch_bridge::DeviceChoice& device() const {
+    std::call_once(device_once_, [&] { device_ = torch_bridge::choose_device(device_name_); });
+    return device_;
+  }
+
+  std::string device_name_;
+  mutable std::once_flag device_once_;
+  mutable torch_bridge::DeviceChoice device_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_torch_backend(const BackendOptions& options) {
+  return std::make_unique<TorchBackend>(options.device);
+}
+
+void register_torch_backends() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    register_backend_factory([](const BackendOptions& o) {
+      std::vector<std::unique_ptr<Backend>> v;
+      v.push_back(make_torch_backend(o));
+      v.push_back(make_torch_op_backend(o));
+      return v;
+    });
+  });
+}
+
+}  // namespace deltacheck::harness

@@ -1,0 +1,111 @@
+// Deliberately wrong handling of state between calls and in state pools, each a bug seen in real
+// serving code. Tests assert the verdict each gets.
+//   wrong:decode-wrong-slot    decode reads (and writes) the pool slot of the next entry
+//   wrong:pool-writes-padding  padding entries (slot -1) are processed Python-style: slot -1 is
+//                              the pool's last row, which gets overwritten
+//   wrong:bf16-state           states are kept in bf16 between calls
+#include <cstring>
+
+#include "harness/backends/backends.h"
+#include "harness/gdr_problem.h"
+#include "kernels/cpu/gated_delta_rule.h"
+
+namespace deltacheck::harness {
+namespace {
+
+class WrongCacheBackend : public Backend {
+ public:
+  bool deliberately_wrong() const override { return true; }
+};
+
+class DecodeWrongSlot : public WrongCacheBackend {
+ public:
+  std::string name() const override { return "wrong:decode-wrong-slot"; }
+  std::string description() const override {
+    return "deliberately wrong: decode reads and writes the next entry's pool slot";
+  }
+  Support supports(const cases::Case& c) const override {
+    const std::string cache = c.op() == "gdr" ? c.get("cache") : "";
+    if (cache == "pool" || cache == "spec" || cache == "decode" || cache == "dynamic")
+      return Support::Yes();
+    return Support::No("decode and pooled modes only");
+  }
+  Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
+    if (c.get("cache") == "dynamic") return Status::Ok();  // never called: dynamic runs as calls
+    cases::TensorMap shifted = in;
+    if (cases::Tensor* slots = shifted.find("state_slots")) {
+      // Rotate the slots of the real (non-padding) entries by one.
+      int32_t* s = slots->as<int32_t>();
+      std::vector<int64_t> real;
+      for (int64_t i = 0; i < slots->numel(); ++i)
+        if (s[i] >= 0) real.push_back(i);
+      if (real.size() > 1) {
+        const int32_t first = s[real[0]];
+        for (size_t i = 0; i + 1 < real.size(); ++i) s[real[i]] = s[real[i + 1]];
+        s[real.back()] = first;
+      }
+    } else if (cases::Tensor* s0 = shifted.find("initial_state")) {
+      // Unpooled decode: row i of the state table is read for entry i + 1.
+      const size_t per = s0->nbytes() / static_cast<size_t>(s0->shape()[0]);
+      std::vector<uint8_t> copy(static_cast<const uint8_t*>(s0->data()),
+                                static_cast<const uint8_t*>(s0->data()) + s0->nbytes());
+      for (int64_t i = 0; i < s0->shape()[0]; ++i)
+        std::memcpy(static_cast<uint8_t*>(s0->data()) + i * per,
+                    copy.data() + ((i + 1) % s0->shape()[0]) * per, per);
+    }
+    return run_cpu_gdr_case(c, shifted, out);
+  }
+};
+
+class PoolWritesPadding : public WrongCacheBackend {
+ public:
+  std::string name() const override { return "wrong:pool-writes-padding"; }
+  std::string description() const override {
+    return "deliberately wrong: padding entries (slot -1) update the pool's last row";
+  }
+  Support supports(const cases::Case& c) const override {
+    if (c.op() == "gdr" && c.get("cache") == "pool") return Support::Yes();
+    return Support::No("pool mode only");
+  }
+  Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
+    cases::TensorMap python_indexed = in;
+    cases::Tensor& slots = python_indexed.at("state_slots");
+    const int32_t rows = static_cast<int32_t>(in.at("state_pool").shape()[0]);
+    for (int64_t i = 0; i < slots.numel(); ++i)
+      if (slots.as<int32_t>()[i] < 0) slots.as<int32_t>()[i] += rows;
+    return run_cpu_gdr_case(c, python_indexed, out);
+  }
+};
+
+class Bf16State : public WrongCacheBackend {
+ public:
+  std::string name() const override { return "wrong:bf16-state"; }
+  std::string description() const override {
+    return "deliberately wrong: recurrent states stored in bf16 between calls";
+  }
+  Support supports(const cases::Case& c) const override {
+    if (c.op() == "gdr" && c.get("cache") != "none") return Support::Yes();
+    return Support::No("modes that keep a state only");
+  }
+  Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
+    if (Status st = run_cpu_gdr_case(c, in, out); !st.ok()) return st;
+    for (const char* name : {"final_state", "state_pool", "token_states"})
+      if (cases::Tensor* t = out.find(name))
+        for (int64_t i = 0; i < t->numel(); ++i)
+          t->as<float>()[i] = bf16_to_float(float_to_bf16(t->as<float>()[i]));
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Backend>> make_wrong_cache_backends() {
+  std::vector<std::unique_ptr<Backend>> v;
+  v.push_back(std::make_unique<DecodeWrongSlot>());
+  v.push_back(std::make_unique<PoolWritesPadding>());
+  v.push_back(std::make_unique<Bf16State>());
+  v.push_back(make_wrong_conv_backend());
+  return v;
+}
+
+}  // namespace deltacheck::harness

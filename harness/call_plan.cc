@@ -1,0 +1,129 @@
+// Multi-call cache modes.
+#include "harness/call_plan.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "cases/rng.h"
+#include "harness/operation.h"
+#include "harness/runner.h"
+
+namespace deltacheck::harness {
+namespace {
+
+// Cut points of one sequence into `pieces` parts: generated from the seed, with a bias towards
+// the places bugs live (mid-chunk, right after a chunk edge, single tokens).
+std::vector<int64_t> cuts_of(const cases::Case& c, int64_t seq, int64_t len, int64_t pieces) {
+  // Keyed by length, not position, so a sequence is cut the same way alone or in any order.
+  const cases::Stream st(c.seed(), "chunk_cuts/" + std::to_string(len));
+  std::vector<int64_t> cuts;
+  for (int64_t i = 0; i + 1 < pieces; ++i) {
+    const double u = st.uniform(static_cast<uint64_t>(i));
+    int64_t at;
+    if (i % 3 == 1 && len > 0)
+      at = std::min(len, cuts.empty() ? int64_t{1} : cuts.back() + 1);  // a length-1 piece
+    else if (i % 3 == 2)
+      at = std::min(len, int64_t{65});  // just past a chunk edge
+    else
+      at = static_cast<int64_t>(u * static_cast<double>(len + 1));  // anywhere, mid-chunk mostly
+    cuts.push_back(at);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  return cuts;
+}
+
+}  // namespace
+
+std::vector<Call> call_plan(const cases::Case& c) {
+  if (!c.has("layout") || !c.has("calls") || !c.has("cache")) return {};
+  const std::string cache = c.get("cache");
+  if (cache != "chunked" && cache != "dynamic") return {};
+  const cases::Layout L = cases::Layout::parse(c.get("layout"));
+  const int64_t n = L.num_seqs(), calls = c.get_int("calls");
+  std::vector<Call> plan;
+  if (cache == "chunked") {
+    plan.assign(static_cast<size_t>(calls), Call{"prefill", {}});
+    for (int64_t s = 0; s < n; ++s) {
+      const std::vector<int64_t> cuts = cuts_of(c, s, L.lengths[s], calls);
+      int64_t begin = 0;
+      for (int64_t i = 0; i < calls; ++i) {
+        const int64_t end = i + 1 < calls ? cuts[i] : L.lengths[s];
+        plan[i].pieces.push_back({s, begin, end - begin});
+        begin = end;
+      }
+    }
+    return plan;
+  }
+  // dynamic: prefill, then `calls` one-token decode steps per sequence (as many as it has).
+  Call prefill{"prefill", {}};
+  std::vector<int64_t> pre(static_cast<size_t>(n));
+  for (int64_t s = 0; s < n; ++s) {
+    pre[s] = std::max<int64_t>(0, L.lengths[s] - calls);
+    prefill.pieces.push_back({s, 0, pre[s]});
+  }
+  plan.push_back(prefill);
+  for (int64_t step = 0; step < calls; ++step) {
+    Call decode{"decode", {}};
+    for (int64_t s = 0; s < n; ++s)
+      if (pre[s] + step < L.lengths[s]) decode.pieces.push_back({s, pre[s] + step, 1});
+    if (!decode.pieces.empty()) plan.push_back(decode);
+  }
+  return plan;
+}
+
+Status execute(Backend& backend, const cases::Case& c, const cases::TensorMap& inputs,
+               cases::TensorMap& outputs) {
+  const std::vector<Call> plan = call_plan(c);
+  if (plan.empty()) return backend.run(c, inputs, outputs);
+  const Operation& op = operation_for(c);
+  const cases::Layout L = cases::Layout::parse(c.get("layout"));
+  // The state table: each sequence's current state(s), starting from the case's initial ones.
+  cases::TensorMap state_inputs = inputs;
+  const auto carried = op.carried_states(c);
+  for (const auto& [out_name, in_name] : carried)
+    if (!state_inputs.has(in_name)) {
+      const cases::Tensor& like = outputs.at(out_name);
+      cases::Tensor zero(in_name, like.dtype(), like.shape());
+      std::memset(zero.data(), 0, zero.nbytes());
+      state_inputs.add(std::move(zero));
+    }
+  for (const Call& call : plan) {
+    Repacked rp = repack(c, state_inputs, call.pieces, {{"cache", call.cache}});
+    cases::TensorMap out = allocate_outputs(op.outputs(rp.c));
+    if (Status st = backend.run(rp.c, rp.tensors, out); !st.ok()) return st;
+    // Token outputs go to their place in the whole case; states back into the table.
+    int64_t row = 0;
+    for (const Piece& p : call.pieces) {
+      for (cases::Tensor& t : outputs.all()) {
+        const TensorMajor m = op.major(t.name());
+        if (m != TensorMajor::kToken) continue;
+        const cases::Tensor& part = out.at(t.name());
+        const int64_t total = L.total_tokens(), part_total = std::max<int64_t>(1, [&] {
+          int64_t s = 0;
+          for (const Piece& q : call.pieces) s += q.length;
+          return s;
+        }());
+        const auto bytes = row_bytes(part, m, part_total, row, p.length);
+        const size_t row_size = total > 0 ? t.nbytes() / static_cast<size_t>(total) : 0;
+        if (!bytes.empty())
+          std::memcpy(static_cast<uint8_t*>(t.data()) + token_row(L, p.seq, p.offset) * row_size,
+                      bytes.data(), bytes.size());
+      }
+      row += p.length;
+    }
+    for (const auto& [out_name, in_name] : carried) {
+      const cases::Tensor& part = out.at(out_name);
+      cases::Tensor& table = state_inputs.at(in_name);
+      const size_t per = table.nbytes() / static_cast<size_t>(L.num_seqs());
+      for (size_t i = 0; i < call.pieces.size(); ++i)
+        std::memcpy(static_cast<uint8_t*>(table.data()) + call.pieces[i].seq * per,
+                    static_cast<const uint8_t*>(part.data()) + i * per, per);
+    }
+  }
+  for (const auto& [out_name, in_name] : carried)
+    std::memcpy(outputs.at(out_name).data(), state_inputs.at(in_name).data(),
+                outputs.at(out_name).nbytes());
+  return Status::Ok();
+}
+
+}  // namespace deltacheck::harness

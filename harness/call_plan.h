@@ -1,0 +1,31 @@
+// Cache modes that are a sequence of calls: the harness drives them the way a serving runtime
+// would, carrying each sequence's state from the backend's own outputs into its next call.
+//   cache=chunked  every sequence prefilled in `calls` pieces cut at generated points (mid-chunk,
+//                  length-1 and empty pieces among them), one call per piece index
+//   cache=dynamic  a prefill of all but the last `calls` tokens, then one-token decode calls
+//                  (cases with cache=decode, which backends may route to a decode kernel)
+// The expectation is the one-shot prefill, so every call boundary is checked against it.
+#pragma once
+
+#include <vector>
+
+#include "cases/case.h"
+#include "cases/tensor.h"
+#include "harness/backend.h"
+#include "harness/repack.h"
+
+namespace deltacheck::harness {
+
+struct Call {
+  std::string cache;  // cache mode of the call's case: prefill or decode
+  std::vector<Piece> pieces;
+};
+
+// The calls of a multi-call case; empty for single-call cases.
+std::vector<Call> call_plan(const cases::Case& c);
+
+// Runs a case on a backend: one call, or the call plan with states carried between calls.
+Status execute(Backend& backend, const cases::Case& c, const cases::TensorMap& inputs,
+               cases::TensorMap& outputs);
+
+}  // namespace deltacheck::harness

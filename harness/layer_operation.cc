@@ -1,0 +1,229 @@
+// The layer operation: outputs o [1,T,HV,V] (activation dtype), final_state [N,HV,K,V] and
+// final_conv_state [N,D,W-1] (fp32). Oracle: reference::linear_attention_layer in FP64. Baseline:
+// the same composition in the case's precision — FP64 reference pieces with the activations
+// rounded to the dtype between steps, as a model keeps them, and the fp32 recurrence for the rule.
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "harness/operation.h"
+#include "kernels/cpu/gated_delta_rule.h"
+#include "reference/causal_conv1d.h"
+#include "reference/gated_rms_norm.h"
+#include "reference/gates.h"
+#include "reference/linear_attention_layer.h"
+
+namespace deltacheck::harness {
+namespace {
+
+using cases::DType;
+using cases::Tensor;
+using cases::TensorMap;
+
+struct Dims {
+  cases::Layout L;
+  int64_t T, N, H, HV, K, V, W, D;
+  DType dtype;
+  bool states;
+};
+
+Dims dims(const cases::Case& c) {
+  Dims d;
+  d.L = cases::Layout::parse(c.get("layout"));
+  d.T = d.L.total_tokens();
+  d.N = d.L.num_seqs();
+  d.H = c.get_int("H");
+  d.HV = c.get_int("HV");
+  d.K = c.get_int("K");
+  d.V = c.get_int("V");
+  d.W = c.get_int("W");
+  d.D = 2 * d.H * d.K + d.HV * d.V;
+  const std::string dt = c.get("dtype");
+  d.dtype = dt == "bf16" ? DType::kBF16 : dt == "fp16" ? DType::kF16 : DType::kF32;
+  d.states = c.get("cache") != "none";
+  return d;
+}
+
+std::vector<double> values(const TensorMap& in, const std::string& name) {
+  const Tensor* t = in.find(name);
+  return t ? t->to_double() : std::vector<double>{};
+}
+
+const double* ptr(const std::vector<double>& v) { return v.empty() ? nullptr : v.data(); }
+
+// Rounds values to what a tensor of `dtype` holds.
+void round_to(std::vector<double>& v, DType dtype) {
+  if (dtype == DType::kF64) return;
+  Tensor t("r", dtype, {1});
+  for (double& x : v) {
+    t.set(0, x);
+    x = t.get(0);
+  }
+}
+
+std::vector<int64_t> cu_of(const TensorMap& in, const Dims& d) {
+  if (const Tensor* cu = in.find("cu_seqlens"))
+    return std::vector<int64_t>(cu->as<int64_t>(), cu->as<int64_t>() + cu->numel());
+  return {0, d.T};
+}
+
+class LayerOperation : public Operation {
+ public:
+  std::vector<OutputSpec> outputs(const cases::Case& c) const override {
+    const Dims d = dims(c);
+    // Four rounding stages (conv, gates, rule, norm) in the activation dtype: twice the ceiling.
+    std::vector<OutputSpec> o{{"o", d.dtype, {1, d.T, d.HV, d.V}, std::nullopt, 2.0}};
+    if (d.states) {
+      // States are fp32, but the recurrent one is computed from activations in the case's dtype.
+      o.push_back({"final_state", DType::kF32, {d.N, d.HV, d.K, d.V}, d.dtype, 2.0});
+      o.push_back({"final_conv_state", DType::kF32, {d.N, d.D, d.W - 1}});
+    }
+    return o;
+  }
+
+  Values oracle(const cases::Case& c, const TensorMap& in) const override {
+    const Dims d = dims(c);
+    const auto qkv = values(in, "qkv"), z = values(in, "z"), a = values(in, "a"),
+               b = values(in, "b"), cw = values(in, "conv_weight"), cb = values(in, "conv_bias"),
+               alog = values(in, "A_log"), dtb = values(in, "dt_bias"),
+               nw = values(in, "norm_weight"), s0 = values(in, "initial_state"),
+               c0 = values(in, "initial_conv_state");
+    reference::LinearAttentionLayerArgs r;
+    r.seq_len = d.T;
+    r.num_heads = d.H;
+    r.num_value_heads = d.HV;
+    r.key_dim = d.K;
+    r.value_dim = d.V;
+    r.conv_width = d.W;
+    r.qkv = qkv.data(), r.z = z.data(), r.a = a.data(), r.b = b.data();
+    r.conv_weight = cw.data(), r.conv_bias = ptr(cb), r.A_log = alog.data();
+    r.dt_bias = dtb.data(), r.norm_weight = nw.data();
+    r.cu_seqlens = cu_of(in, d);
+    r.initial_state = ptr(s0);
+    r.initial_conv_state = ptr(c0);
+    auto res = reference::linear_attention_layer(r);
+    Values out{{"o", std::move(res.output)}};
+    if (d.states) {
+      out["final_state"] = std::move(res.final_state);
+      out["final_conv_state"] = std::move(res.final_conv_state);
+    }
+    return out;
+  }
+
+  Values baseline(const cases::Case& c, const TensorMap& in) const override {
+    const Dims d = dims(c);
+    const auto cu = cu_of(in, d);
+    const auto qkv = values(in, "qkv"), z = values(in, "z"), a = values(in, "a"),
+               b = values(in, "b"), cw = values(in, "conv_weight"), cb = values(in, "conv_bias"),
+               alog = values(in, "A_log"), dtb = values(in, "dt_bias"),
+               nw = values(in, "norm_weight"), c0 = values(in, "initial_conv_state");
+    reference::CausalConv1dArgs ca;
+    ca.seq_len = d.T;
+    ca.channels = d.D;
+    ca.width = d.W;
+    ca.x = qkv.data(), ca.weight = cw.data(), ca.bias = ptr(cb);
+    ca.cu_seqlens = cu;
+    ca.initial_state = ptr(c0);
+    auto conv = reference::causal_conv1d(ca);
+    round_to(conv.output, d.dtype);
+    reference::GatesArgs ga;
+    ga.num_tokens = d.T;
+    ga.num_value_heads = d.HV;
+    ga.a = a.data(), ga.b = b.data(), ga.A_log = alog.data(), ga.dt_bias = dtb.data();
+    auto gates = reference::gates(ga);
+    round_to(gates.g, DType::kF32);
+    round_to(gates.beta, d.dtype);
+    // Split the conv output into q, k, v tensors of the case's dtype and run the fp32 recurrence.
+    TensorMap rule;
+    Tensor& q = rule.add(Tensor("q", d.dtype, {1, d.T, d.H, d.K}));
+    Tensor& k = rule.add(Tensor("k", d.dtype, {1, d.T, d.H, d.K}));
+    Tensor& v = rule.add(Tensor("v", d.dtype, {1, d.T, d.HV, d.V}));
+    Tensor& g = rule.add(Tensor("g", DType::kF32, {1, d.T, d.HV}));
+    Tensor& beta = rule.add(Tensor("beta", d.dtype, {1, d.T, d.HV}));
+    Tensor& o = rule.add(Tensor("o", d.dtype, {1, d.T, d.HV, d.V}));
+    Tensor& fs = rule.add(Tensor("final_state", DType::kF32, {d.N, d.HV, d.K, d.V}));
+    const int64_t hk = d.H * d.K, hvv = d.HV * d.V;
+    for (int64_t t = 0; t < d.T; ++t) {
+      for (int64_t i = 0; i < hk; ++i) {
+        q.set(t * hk + i, conv.output[t * d.D + i]);
+        k.set(t * hk + i, conv.output[t * d.D + hk + i]);
+      }
+      for (int64_t i = 0; i < hvv; ++i) v.set(t * hvv + i, conv.output[t * d.D + 2 * hk + i]);
+      for (int64_t h = 0; h < d.HV; ++h) {
+        g.set(t * d.HV + h, gates.g[t * d.HV + h]);
+        beta.set(t * d.HV + h, gates.beta[t * d.HV + h]);
+      }
+    }
+    kernels::cpu::GatedDeltaRuleParams p;
+    p.seq_len = d.T, p.num_heads = d.H, p.num_value_heads = d.HV, p.key_dim = d.K;
+    p.value_dim = d.V, p.dtype = cases::scalar_from_dtype(d.dtype);
+    p.q = q.data(), p.k = k.data(), p.v = v.data(), p.g = g.as<float>(), p.beta = beta.data();
+    p.o = o.data();
+    p.cu_seqlens = cu.data();
+    p.num_seqs = static_cast<int64_t>(cu.size()) - 1;
+    if (const Tensor* s0 = in.find("initial_state")) p.initial_state = s0->as<float>();
+    p.final_state = fs.as<float>();
+    p.use_qk_l2norm = true;
+    const Status st = kernels::cpu::recurrent_gated_delta_rule(p);
+    if (!st.ok()) throw std::runtime_error("layer baseline: " + st.message());
+    reference::GatedRmsNormArgs na;
+    const std::vector<double> x = o.to_double();
+    na.num_tokens = d.T;
+    na.num_heads = d.HV;
+    na.dim = d.V;
+    na.x = x.data(), na.z = z.data(), na.weight = nw.data();
+    std::vector<double> y = reference::gated_rms_norm(na);
+    round_to(y, d.dtype);
+    Values out{{"o", std::move(y)}};
+    if (d.states) {
+      out["final_state"] = fs.to_double();
+      out["final_conv_state"] = std::move(conv.final_state);
+    }
+    return out;
+  }
+
+  std::vector<SeqSlice> slices(const cases::Case& c, const std::string& output) const override {
+    const Dims d = dims(c);
+    const auto cu = d.L.cu_seqlens();
+    const int64_t per = output == "o"                ? d.HV * d.V
+                        : output == "final_state"    ? d.HV * d.K * d.V
+                                                     : d.D * (d.W - 1);
+    std::vector<SeqSlice> s;
+    for (int64_t i = 0; i < d.N; ++i) {
+      if (output == "o")
+        s.push_back({i, cu[i] * per, cu[i + 1] * per, per});
+      else
+        s.push_back({i, i * per, (i + 1) * per, 0});
+    }
+    return s;
+  }
+
+  std::vector<int64_t> sequence_lengths(const cases::Case& c) const override {
+    return dims(c).L.lengths;
+  }
+
+  TensorMajor major(const std::string& t) const override {
+    if (t == "qkv" || t == "z" || t == "a" || t == "b" || t == "o") return TensorMajor::kToken;
+    if (t == "initial_state" || t == "final_state" || t == "initial_conv_state" ||
+        t == "final_conv_state")
+      return TensorMajor::kSequence;
+    return TensorMajor::kNone;
+  }
+
+  bool repackable(const cases::Case&) const override { return true; }
+
+  std::vector<std::pair<std::string, std::string>> carried_states(
+      const cases::Case& c) const override {
+    if (c.get("cache") == "none") return {};
+    return {{"final_state", "initial_state"}, {"final_conv_state", "initial_conv_state"}};
+  }
+};
+
+}  // namespace
+
+const Operation& layer_operation() {
+  static const LayerOperation op;
+  return op;
+}
+
+}  // namespace deltacheck::harness

@@ -1,0 +1,152 @@
+// Mask, layers and segments cases read into raw form; their output shapes.
+#include "harness/mask_problem.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "cases/mask_case.h"
+
+namespace deltacheck::harness {
+namespace {
+
+using cases::DType;
+
+const cases::Tensor* input(const cases::TensorMap& in, const std::string& name, DType dtype,
+                           const std::vector<int64_t>& shape) {
+  const cases::Tensor* t = in.find(name);
+  if (t && (t->dtype() != dtype || t->shape() != shape))
+    throw std::invalid_argument("input '" + name + "' is " + cases::dtype_name(t->dtype()) +
+                                cases::shape_string(t->shape()) + ", expected " +
+                                cases::dtype_name(dtype) + cases::shape_string(shape));
+  return t;
+}
+
+DType dtype_of(const std::string& s) {
+  if (s == "bf16") return DType::kBF16;
+  if (s == "fp16") return DType::kF16;
+  return DType::kF32;
+}
+
+}  // namespace
+
+MaskProblem mask_problem(const cases::Case& c, const cases::TensorMap& in) {
+  MaskProblem p;
+  p.op = c.op();
+  if (p.op == "segments") {
+    p.source = c.get("source");
+    p.rows = c.get_int("B");
+    p.len = c.get_int("T");
+    if (p.source == "cu") {
+      const cases::Tensor* cu = in.find("cu_seqlens");
+      if (!cu || cu->dtype() != DType::kI64 || cu->shape().size() != 1 || cu->numel() < 1)
+        throw std::invalid_argument("segments(source=cu) needs an int64 cu_seqlens input");
+      p.cu_seqlens = cu->as<int64_t>();
+      p.num_seqs = cu->numel() - 1;
+    } else if (p.source == "position") {
+      const cases::Tensor* t = input(in, "position_ids", DType::kI64, {p.rows, p.len});
+      if (!t) throw std::invalid_argument("segments(source=position) needs position_ids");
+      p.segment_positions = t->as<int64_t>();
+    } else {
+      const cases::Tensor* t = input(in, "padding_mask", DType::kU8, {p.rows, p.len});
+      if (!t) throw std::invalid_argument("segments(source=padding) needs padding_mask");
+      p.segment_padding = t->as<uint8_t>();
+    }
+    return p;
+  }
+  p.batch = c.get_int("B");
+  p.q_len = c.get_int("q");
+  p.kv_length = cases::mask_kv_length(c);
+  p.q_offset = c.get_int("offset");
+  p.static_cache = c.get("cache") == "static";
+  p.sliding_window = c.get_int("window");
+  p.chunk_size = c.get_int("chunk");
+  if (p.op == "mask") {
+    p.causal = c.get_bool("causal");
+    p.format = c.get("format");
+    p.dtype = p.format == "bool" ? DType::kU8 : dtype_of(c.get("dtype"));
+  } else {
+    p.layer_types = cases::mask_layer_types(c.get("pattern"));
+    for (const std::string& t : p.layer_types)
+      if (std::find(p.distinct_types.begin(), p.distinct_types.end(), t) == p.distinct_types.end())
+        p.distinct_types.push_back(t);
+  }
+  if (c.get("padding") != "none") {
+    const cases::Tensor* t = input(in, "padding_mask", DType::kU8, {p.batch, p.kv_length});
+    if (!t) throw std::invalid_argument("padding=" + c.get("padding") + " needs padding_mask");
+    p.padding_mask = t->as<uint8_t>();
+  }
+  if (c.get("packed") != "none") {
+    p.position_id_rows = c.get("packed") == "mrope" ? 3 : 1;
+    const cases::Tensor* t =
+        input(in, "position_ids", DType::kI64, {p.position_id_rows, p.batch, p.q_len});
+    if (!t) throw std::invalid_argument("packed=" + c.get("packed") + " needs position_ids");
+    p.position_ids = t->as<int64_t>();
+  }
+  return p;
+}
+
+std::vector<OutputSpec> mask_outputs(const cases::Case& c) {
+  if (c.op() == "segments") {
+    const int64_t B = c.get_int("B"), T = c.get_int("T"), n = B * T;
+    const std::string source = c.get("source");
+    if (source == "cu") return {{"sequence_index", DType::kI64, {T}}};
+    if (source == "position")
+      return {{"sequence_index", DType::kI64, {n}},
+              {"cu_seqlens", DType::kI64, {n + 1}},
+              {"num_seqs", DType::kI64, {1}},
+              {"max_seqlen", DType::kI64, {1}}};
+    return {{"indices", DType::kI64, {n}},
+            {"cu_seqlens", DType::kI64, {B + 1}},
+            {"max_seqlen", DType::kI64, {1}}};
+  }
+  const int64_t B = c.get_int("B"), q = c.get_int("q"), kv = cases::mask_kv_length(c);
+  if (c.op() == "mask") {
+    const DType t = c.get("format") == "bool" ? DType::kU8 : dtype_of(c.get("dtype"));
+    return {{"mask", t, {B, 1, q, kv}},
+            {"needed", DType::kU8, {1}},
+            {"fully_masked", DType::kU8, {B, q}}};
+  }
+  const std::vector<std::string> layers = cases::mask_layer_types(c.get("pattern"));
+  std::vector<std::string> distinct;
+  for (const std::string& t : layers)
+    if (std::find(distinct.begin(), distinct.end(), t) == distinct.end()) distinct.push_back(t);
+  std::vector<OutputSpec> out;
+  for (const std::string& t : distinct) {
+    if (t == "linear_attention")
+      out.push_back({t, DType::kU8, {B, q}});
+    else
+      out.push_back({t, DType::kU8, {B, 1, q, kv}});
+  }
+  const int64_t n = static_cast<int64_t>(distinct.size());
+  out.push_back({"mask_kind", DType::kU8, {n}});
+  out.push_back({"needed", DType::kU8, {n}});
+  out.push_back({"layer_to_mask", DType::kI64, {static_cast<int64_t>(layers.size())}});
+  return out;
+}
+
+reference::MaskSpec reference_spec(const MaskProblem& p) {
+  reference::MaskSpec s;
+  s.batch = p.batch;
+  s.q_len = p.q_len;
+  s.kv_length = p.kv_length;
+  s.q_offset = {p.q_offset};
+  s.causal = p.causal;
+  s.sliding_window = p.sliding_window;
+  s.chunk_size = p.chunk_size;
+  if (p.padding_mask) s.padding_mask.assign(p.padding_mask, p.padding_mask + p.batch * p.kv_length);
+  if (p.position_ids) {
+    s.position_id_rows = p.position_id_rows;
+    s.position_ids.assign(p.position_ids, p.position_ids + p.position_id_rows * p.batch * p.q_len);
+  }
+  s.static_cache = p.static_cache;
+  return s;
+}
+
+reference::AdditiveFill reference_fill(const MaskProblem& p) {
+  if (p.format == "additive-inf") return reference::AdditiveFill::kNegativeInfinity;
+  if (p.dtype == DType::kBF16) return reference::AdditiveFill::kBFloat16Lowest;
+  if (p.dtype == DType::kF16) return reference::AdditiveFill::kFloat16Lowest;
+  return reference::AdditiveFill::kFloat32Lowest;
+}
+
+}  // namespace deltacheck::harness

@@ -1,0 +1,364 @@
+// The report model's helpers: the gate, case families and seeds from ids, rerun commands,
+// provenance (version, git revision, machine), atomic report-directory writes, and merging.
+#include "reports/report.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace deltacheck::reports {
+namespace fs = std::filesystem;
+using harness::Verdict;
+
+#ifndef DELTACHECK_REPORTS_VERSION
+#define DELTACHECK_REPORTS_VERSION "unknown"
+#endif
+#ifndef DELTACHECK_GIT_REVISION
+#define DELTACHECK_GIT_REVISION "unknown"
+#endif
+
+namespace {
+
+// The value of `key` in a case id, scanning top-level parameters only (layouts contain commas).
+std::string param_of(const std::string& id, const std::string& key) {
+  const size_t open = id.find('('), close = id.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return "";
+  int depth = 0;
+  size_t start = open + 1;
+  for (size_t i = open + 1; i <= close; ++i) {
+    const char ch = id[i];
+    if (ch == '[') ++depth;
+    if (ch == ']') --depth;
+    if ((ch == ',' && depth == 0) || i == close) {
+      const std::string item = id.substr(start, i - start);
+      const size_t eq = item.find('=');
+      if (eq != std::string::npos && item.compare(0, eq, key) == 0 && eq == key.size())
+        return item.substr(eq + 1);
+      start = i + 1;
+    }
+  }
+  return "";
+}
+
+std::string read_text(const std::string& path, Status& st) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    st = Status::InvalidArgument("cannot read " + path);
+    return "";
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::vector<Verdict> default_fail_on() { return {Verdict::kFail, Verdict::kLeak, Verdict::kError}; }
+
+bool in(const std::vector<Verdict>& set, Verdict v) {
+  return std::find(set.begin(), set.end(), v) != set.end();
+}
+
+Status parse_fail_on(const std::vector<std::string>& names, std::vector<Verdict>& out) {
+  out.clear();
+  for (const std::string& n : names) {
+    Verdict v;
+    try {
+      v = harness::verdict_from_name(n);
+    } catch (const std::invalid_argument&) {
+      return Status::InvalidArgument("--fail-on: unknown verdict '" + n +
+                                     "' (fail, leak, error, unsupported, skipped)");
+    }
+    if (v == Verdict::kPass) return Status::InvalidArgument("--fail-on: 'pass' cannot fail a gate");
+    if (!in(out, v)) out.push_back(v);
+  }
+  if (out.empty()) return Status::InvalidArgument("--fail-on: no verdict given");
+  // Canonical order, so equal sets print and compare equal.
+  std::sort(out.begin(), out.end());
+  return Status::Ok();
+}
+
+std::string fail_on_string(const std::vector<Verdict>& v) {
+  std::string s;
+  for (Verdict x : v) s += (s.empty() ? "" : ",") + std::string(harness::verdict_name(x));
+  return s;
+}
+
+bool fails_gate(const Report& r) {
+  for (const Entry& e : r.entries)
+    if (in(r.fail_on, e.result.verdict)) return true;
+  return false;
+}
+
+std::string case_family(const std::string& case_id) {
+  const size_t open = case_id.find('(');
+  std::string family = case_id.substr(0, open);
+  const std::string layout = param_of(case_id, "layout");
+  if (!layout.empty()) family += " " + layout.substr(0, layout.find('['));
+  const std::string cache = param_of(case_id, "cache");
+  if (!cache.empty()) family += " cache=" + cache;
+  return family;
+}
+
+int64_t case_seed(const std::string& case_id) {
+  const std::string s = param_of(case_id, "seed");
+  if (s.empty()) return -1;
+  try {
+    return std::stoll(s);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+std::string shell_quote(const std::string& s) {
+  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || std::strchr("-_./:=,@+", ch);
+  });
+  if (plain) return s;
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
+std::string rerun_command(const std::string& backend, const std::string& case_id,
+                          const std::string& backend_options) {
+  return fmt::format("deltacheck run --backend {}{}{} --case {}", shell_quote(backend),
+                     backend_options.empty() ? "" : " ", backend_options, shell_quote(case_id));
+}
+
+Entry make_entry(harness::CaseResult r, int64_t index, const std::string& backend_options) {
+  auto round3 = [](std::vector<double>& v) {
+    for (double& x : v)
+      if (std::isfinite(x) && x != 0.0) x = std::strtod(fmt::format("{:.2e}", x).c_str(), nullptr);
+  };
+  for (harness::TensorReport& t : r.tensors) {
+    if (r.verdict == Verdict::kPass) {
+      t.token_error.clear();
+      t.head_token_error.clear();
+    }
+    round3(t.token_error);
+    for (auto& h : t.head_token_error) round3(h);
+  }
+  Entry e;
+  e.index = index;
+  e.seed = case_seed(r.case_id);
+  e.family = case_family(r.case_id);
+  if (harness::is_failure(r.verdict))
+    e.rerun = rerun_command(r.backend, r.case_id, backend_options);
+  e.result = std::move(r);
+  return e;
+}
+
+std::string tool_version() { return DELTACHECK_REPORTS_VERSION; }
+std::string git_revision() { return DELTACHECK_GIT_REVISION; }
+
+Machine this_machine() {
+  Machine m;
+  char host[256] = {};
+  m.hostname = gethostname(host, sizeof(host) - 1) == 0 ? host : "unknown";
+  m.cores = static_cast<int>(std::thread::hardware_concurrency());
+  m.cpu_model = "unknown";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos)
+        m.cpu_model = line.substr(line.find_first_not_of(" \t", colon + 1));
+      break;
+    }
+  return m;
+}
+
+std::string this_command_line() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string out;
+  size_t start = 0;
+  while (start < all.size()) {
+    size_t end = all.find('\0', start);
+    if (end == std::string::npos) end = all.size();
+    out += (out.empty() ? "" : " ") + shell_quote(all.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::string utc_now_iso8601() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+Status write_file_atomic(const std::string& path, const std::string& content) {
+  // Write next to the target and rename over it: readers (a CI upload, a browser) see either the
+  // old file or the complete new one, never a partial file.
+  const fs::path target(path);
+  const fs::path tmp =
+      target.parent_path() / fmt::format(".{}.tmp{}", target.filename().string(), getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+    out.close();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      return Status::Internal("cannot write " + tmp.string());
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return Status::Internal("cannot rename " + tmp.string() + " to " + path + ": " + ec.message());
+  }
+  return Status::Ok();
+}
+
+WrittenReport write_report_files(const Report& r, const std::string& dir) {
+  const auto t0 = std::chrono::steady_clock::now();
+  WrittenReport w;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    w.status =
+        Status::InvalidArgument("cannot create report directory " + dir + ": " + ec.message());
+    return w;
+  }
+  // Format everything before writing anything, so a formatting problem leaves no new files.
+  const std::vector<std::pair<std::string, std::string>> files{
+      {"report.json", format_json(r)},
+      {"junit.xml", format_junit(r)},
+      {"summary.md", format_markdown(r)},
+      {"report.html", format_html(r)},
+  };
+  for (const auto& [name, text] : files) {
+    const std::string path = (fs::path(dir) / name).string();
+    if (Status st = write_file_atomic(path, text); !st.ok()) {
+      w.status = st;
+      return w;
+    }
+    w.files.push_back({path, text.size()});
+  }
+  w.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return w;
+}
+
+LoadedReport read_report(const std::string& dir_or_file) {
+  std::error_code ec;
+  const std::string path = fs::is_directory(dir_or_file, ec)
+                               ? (fs::path(dir_or_file) / "report.json").string()
+                               : dir_or_file;
+  LoadedReport lr;
+  const std::string text = read_text(path, lr.status);
+  if (!lr.status.ok()) return lr;
+  return parse_json(text, path);
+}
+
+MergedReport merge_reports(const std::vector<Report>& inputs,
+                           const std::vector<std::string>& sources) {
+  MergedReport m;
+  if (inputs.empty()) {
+    m.status = Status::InvalidArgument("nothing to merge");
+    return m;
+  }
+  const Report& first = inputs.front();
+  Report& out = m.report;
+  out.tool_version = first.tool_version;
+  out.git_revision = first.git_revision;
+  out.tolerance = first.tolerance;
+  out.selection = first.selection;
+  out.fail_on = first.fail_on;
+  out.started_at = first.started_at;
+  out.merged_from = sources;
+  // Shards are grouped by what they ran (selection and backends); each group must be complete.
+  std::map<std::string, std::pair<int, std::set<int>>> shard_groups;
+  std::set<std::pair<std::string, std::string>> seen;
+  std::vector<std::pair<const Entry*, size_t>> entries;  // entry, backend rank
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Report& r = inputs[i];
+    const std::string src = i < sources.size() ? sources[i] : fmt::format("input {}", i);
+    if (r.tool_version != first.tool_version || r.git_revision != first.git_revision) {
+      m.status = Status::InvalidArgument(fmt::format(
+          "{} comes from deltacheck {} ({}), {} from {} ({}): merge reports of one build", src,
+          r.tool_version, r.git_revision, sources.empty() ? "input 0" : sources[0],
+          first.tool_version, first.git_revision));
+      return m;
+    }
+    if (r.tolerance != first.tolerance) {
+      m.status = Status::InvalidArgument(src + " was judged by another tolerance policy (" +
+                                         r.tolerance + ")");
+      return m;
+    }
+    if (r.selection != first.selection) out.selection = nullptr;
+    if (r.fail_on != out.fail_on) out.fail_on.clear();  // the caller must choose
+    if (r.started_at < out.started_at) out.started_at = r.started_at;
+    out.seconds += r.seconds;
+    for (const Machine& mc : r.machines)
+      if (std::find(out.machines.begin(), out.machines.end(), mc) == out.machines.end())
+        out.machines.push_back(mc);
+    for (const std::string& b : r.backends)
+      if (std::find(out.backends.begin(), out.backends.end(), b) == out.backends.end())
+        out.backends.push_back(b);
+    std::string group = r.selection.dump();
+    for (const auto& b : r.backends) group += "|" + b;
+    auto& [count, indices] = shard_groups[group];
+    if (count != 0 && count != r.shard_count) {
+      m.status = Status::InvalidArgument(
+          fmt::format("{} is shard {}/{} but another report of the same run has {} shards", src,
+                      r.shard_index, r.shard_count, count));
+      return m;
+    }
+    count = r.shard_count;
+    if (!indices.insert(r.shard_index).second) {
+      m.status = Status::InvalidArgument(
+          fmt::format("{}: shard {}/{} given twice", src, r.shard_index, r.shard_count));
+      return m;
+    }
+    for (const Entry& e : r.entries) {
+      if (!seen.insert({e.result.case_id, e.result.backend}).second) {
+        m.status = Status::InvalidArgument(fmt::format("{}: {} on {} is in two of the reports", src,
+                                                       e.result.case_id, e.result.backend));
+        return m;
+      }
+      entries.push_back({&e, 0});
+    }
+  }
+  for (const auto& [group, shards] : shard_groups) {
+    const auto& [count, indices] = shards;
+    for (int s = 0; s < count; ++s)
+      if (!indices.count(s)) {
+        m.status = Status::InvalidArgument(
+            fmt::format("shard {}/{} is missing (merge every shard of a run)", s, count));
+        return m;
+      }
+  }
+  for (auto& [e, rank] : entries)
+    rank =
+        static_cast<size_t>(std::find(out.backends.begin(), out.backends.end(), e->result.backend) -
+                            out.backends.begin());
+  std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    return a.first->index != b.first->index ? a.first->index < b.first->index : a.second < b.second;
+  });
+  std::set<std::string> cases;
+  for (const auto& [e, rank] : entries) {
+    out.entries.push_back(*e);
+    cases.insert(e->result.case_id);
+  }
+  out.selected_cases = static_cast<int64_t>(cases.size());
+  return m;
+}
+
+}  // namespace deltacheck::reports

@@ -1,0 +1,117 @@
+// Text shared by the report formats (see report_text.h).
+#include "reports/report_text.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace deltacheck::reports {
+namespace {
+
+using harness::Verdict;
+
+// Sequences listed per tensor in the details; the failing ones always are.
+constexpr size_t kMaxSeqLines = 32;
+
+std::string where(const harness::SeqReport& s) {
+  return s.first_bad_token >= 0 ? fmt::format("seq {} from token {}", s.seq, s.first_bad_token)
+                                : fmt::format("seq {}", s.seq);
+}
+
+std::string compare_text(const harness::Metrics& m, const harness::Threshold& t) {
+  if (m.non_finite > 0) return fmt::format("{} non-finite values", m.non_finite);
+  if (!(m.rel_rms <= t.rel_rms))
+    return fmt::format("rel_rms {} > {}", sci(m.rel_rms), sci(t.rel_rms));
+  if (!(m.max_abs <= t.max_abs))
+    return fmt::format("max|Δ| {} > {}", sci(m.max_abs), sci(t.max_abs));
+  return "";
+}
+
+}  // namespace
+
+const std::vector<Verdict>& verdict_order() {
+  static const std::vector<Verdict> order{Verdict::kPass,        Verdict::kFail,
+                                          Verdict::kLeak,        Verdict::kError,
+                                          Verdict::kUnsupported, Verdict::kSkipped};
+  return order;
+}
+
+std::string sci(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return fmt::format("{:.1e}", x);
+}
+
+std::string failure_headline(const harness::CaseResult& r) {
+  if (r.verdict != Verdict::kFail && r.verdict != Verdict::kLeak) return r.message;
+  // The sequence the runner named (r.leak_seq, as the console says) when a tensor is wrong
+  // there; otherwise the first wrong tensor and its first wrong sequence.
+  const harness::TensorReport* named = nullptr;
+  for (const harness::TensorReport& t : r.tensors)
+    if (!named && r.leak_seq >= 0 && r.leak_seq < static_cast<int64_t>(t.seqs.size()) &&
+        !t.seqs[r.leak_seq].ok)
+      named = &t;
+  for (const harness::TensorReport& t : r.tensors) {
+    if (t.ok || (named && &t != named)) continue;
+    const harness::SeqReport* bad = named ? &t.seqs[r.leak_seq] : nullptr;
+    for (const harness::SeqReport& s : t.seqs)
+      if (!bad && !s.ok) bad = &s;
+    if (t.exact) {
+      std::string h =
+          fmt::format("{} of {} elements of {} differ", t.mismatches, t.metrics.count, t.name);
+      return bad ? h + " (" + where(*bad) + ")" : h;
+    }
+    std::string cmp = compare_text(t.metrics, t.threshold);
+    if (cmp.empty() && bad) cmp = compare_text(bad->metrics, bad->threshold);
+    if (cmp.empty()) break;
+    return fmt::format("{} in {}{}", cmp, t.name, bad ? " (" + where(*bad) + ")" : "");
+  }
+  return r.message;  // e.g. a leak that only a probe saw
+}
+
+std::string result_details(const Entry& e) {
+  const harness::CaseResult& r = e.result;
+  std::string o = fmt::format("verdict: {}\ncase: {}\nbackend: {}\n",
+                              harness::verdict_name(r.verdict), r.case_id, r.backend);
+  if (!r.message.empty()) o += "message: " + r.message + "\n";
+  o += fmt::format("family: {}  seed: {}\n", e.family, e.seed);
+  for (const harness::TensorReport& t : r.tensors) {
+    if (t.exact) {
+      o += fmt::format("tensor {} ({}, bit-exact): {} of {} elements differ{}\n", t.name, t.dtype,
+                       t.mismatches, t.metrics.count, t.ok ? "" : " FAIL");
+    } else {
+      o += fmt::format(
+          "tensor {} ({}): rel_rms {} (threshold {}, baseline {}), max|Δ| {} at {} (threshold "
+          "{}){}\n",
+          t.name, t.dtype, sci(t.metrics.rel_rms), sci(t.threshold.rel_rms),
+          sci(t.baseline.rel_rms), sci(t.metrics.max_abs), t.metrics.max_index,
+          sci(t.threshold.max_abs), t.ok ? "" : " FAIL");
+    }
+    size_t listed = 0, skipped = 0;
+    for (const harness::SeqReport& s : t.seqs) {
+      if (s.ok && listed >= kMaxSeqLines) {
+        ++skipped;
+        continue;
+      }
+      ++listed;
+      if (t.exact)
+        o += fmt::format("  seq {}: {}\n", s.seq, s.ok ? "identical" : "differs from " + where(s));
+      else if (s.metrics.count == 0)
+        o += fmt::format("  seq {} (length {}): empty\n", s.seq, s.length);
+      else
+        o += fmt::format(
+            "  seq {} (length {}): rel_rms {} (threshold {}), max|Δ| {} (threshold {}){}\n", s.seq,
+            s.length, sci(s.metrics.rel_rms), sci(s.threshold.rel_rms), sci(s.metrics.max_abs),
+            sci(s.threshold.max_abs),
+            s.ok ? "" : " FAIL from token " + std::to_string(s.first_bad_token));
+    }
+    if (skipped > 0) o += fmt::format("  ... {} more sequences within tolerance\n", skipped);
+  }
+  for (const harness::ProbeReport& p : r.probes)
+    o += fmt::format("probe {}: {} {}\n", p.name, harness::verdict_name(p.verdict), p.detail);
+  if (!e.rerun.empty()) o += "rerun: " + e.rerun + "\n";
+  if (!e.dump.empty()) o += "dump: " + e.dump + "\n";
+  return o;
+}
+
+}  // namespace deltacheck::reports

@@ -1,0 +1,111 @@
+// Cache modes: the CPU kernels pass every mode in the gate suite, the call plans cut sequences
+// where bugs live, and each deliberately wrong handling of state between calls is caught.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "cases/suites.h"
+#include "harness/backend.h"
+#include "harness/call_plan.h"
+#include "harness/runner.h"
+
+namespace deltacheck::harness {
+namespace {
+
+std::vector<cases::Case> gdr_cases_with_cache(const std::vector<std::string>& modes) {
+  std::vector<cases::Case> out;
+  for (const cases::Case& c : cases::suite("gate"))
+    if (c.op() == "gdr")
+      for (const auto& m : modes)
+        if (c.get("cache") == m) out.push_back(c);
+  return out;
+}
+
+TEST(CacheModes, EveryModeIsInTheGateAndPassesOnCpu) {
+  auto cpu = make_backend("cpu");
+  std::map<std::string, int> per_mode;
+  for (const cases::Case& c : gdr_cases_with_cache(
+           {"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec"})) {
+    const CaseResult r = run_case(prepare(c), *cpu, true);
+    EXPECT_EQ(r.verdict, Verdict::kPass) << c.id() << ": " << r.message;
+    ++per_mode[c.get("cache")];
+  }
+  for (const char* m : {"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec"})
+    EXPECT_GE(per_mode[m], 3) << m;
+}
+
+TEST(CacheModes, ChunkedPlanCutsMidChunkAndIntoSingleTokens) {
+  const cases::Case c = cases::Case::parse("gdr(layout=packed[200,3,0],cache=chunked,calls=5)");
+  const auto plan = call_plan(c);
+  ASSERT_EQ(plan.size(), 5u);
+  bool single = false, mid_chunk = false;
+  std::vector<int64_t> covered(3, 0);
+  for (const Call& call : plan)
+    for (const Piece& p : call.pieces) {
+      EXPECT_EQ(p.offset, covered[p.seq]) << "pieces of a sequence are consecutive";
+      covered[p.seq] += p.length;
+      single = single || p.length == 1;
+      mid_chunk = mid_chunk || (p.length > 0 && (p.offset % 64) != 0);
+    }
+  EXPECT_EQ(covered, (std::vector<int64_t>{200, 3, 0}));
+  EXPECT_TRUE(single);
+  EXPECT_TRUE(mid_chunk);
+  const auto dyn = call_plan(cases::Case::parse("gdr(layout=packed[5,1],cache=dynamic,calls=3)"));
+  ASSERT_EQ(dyn.size(), 4u);  // prefill + 3 decode steps
+  EXPECT_EQ(dyn[1].cache, "decode");
+  EXPECT_EQ(dyn[3].pieces.size(), 1u);  // the 1-token sequence has finished decoding
+}
+
+struct Expectation {
+  std::string backend;
+  std::vector<std::string> modes;
+  std::vector<Verdict> allowed;  // the verdicts that count as caught
+};
+
+class WrongCacheHandling : public ::testing::TestWithParam<Expectation> {};
+
+TEST_P(WrongCacheHandling, IsCaughtInEveryCaseOfItsModes) {
+  const Expectation& e = GetParam();
+  auto backend = make_backend(e.backend);
+  int checked = 0;
+  for (const cases::Case& c : gdr_cases_with_cache(e.modes)) {
+    if (!backend->supports(c).ok) continue;
+    if (c.get("cache") == "pool" && e.backend == "wrong:pool-writes-padding" &&
+        c.get("calls") == "0")
+      continue;
+    const PreparedCase pc = prepare(c);
+    double state_scale = 1.0;
+    if (pc.expected.count("final_state")) {
+      state_scale = 0.0;
+      for (double x : pc.expected.at("final_state")) state_scale = std::max(state_scale, std::abs(x));
+    }
+    if (state_scale < 1e-30) continue;  // the state decayed to nothing: no precision to lose
+    const CaseResult r = run_case(pc, *backend, false);
+    EXPECT_TRUE(std::find(e.allowed.begin(), e.allowed.end(), r.verdict) != e.allowed.end())
+        << e.backend << " got " << verdict_name(r.verdict) << " on " << c.id();
+    ++checked;
+  }
+  EXPECT_GE(checked, 5) << e.backend;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Bugs, WrongCacheHandling,
+    ::testing::Values(
+        Expectation{"wrong:decode-wrong-slot", {"decode", "dynamic", "pool", "spec"},
+                    {Verdict::kFail, Verdict::kLeak}},
+        Expectation{"wrong:pool-writes-padding", {"pool"}, {Verdict::kFail, Verdict::kLeak}},
+        Expectation{"wrong:bf16-state", {"chunked", "dynamic", "pool", "spec"},
+                    {Verdict::kFail}},
+        // A chunked prefill that restarts every call from a zero state.
+        Expectation{"wrong:ignore-state", {"chunked", "dynamic"}, {Verdict::kFail}}),
+    [](const auto& info) {
+      std::string n = info.param.backend.substr(6);
+      for (char& ch : n)
+        if (ch == '-') ch = '_';
+      return n;
+    });
+
+}  // namespace
+}  // namespace deltacheck::harness
