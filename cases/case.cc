@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <limits>
 
 namespace deltacheck::cases {
 namespace {
@@ -15,16 +17,51 @@ std::string trim(const std::string& s) {
 }
 
 bool parse_int(const std::string& s, int64_t& out) {
-  if (s.empty() || s.size() > 19) return false;
+  if (s.empty() || s.size() > 20) return false;
   size_t i = s[0] == '-' ? 1 : 0;
   if (i == s.size()) return false;
   int64_t v = 0;
   for (; i < s.size(); ++i) {
     if (!std::isdigit(static_cast<unsigned char>(s[i]))) return false;
-    v = v * 10 + (s[i] - '0');
+    const int d = s[i] - '0';
+    // A hostile id may hold any number of digits: refuse what int64 cannot hold (no overflow).
+    if (v > (std::numeric_limits<int64_t>::max() - d) / 10) return false;
+    v = v * 10 + d;
   }
   out = s[0] == '-' ? -v : v;
   return true;
+}
+
+// User text quoted in an error: at most ~120 characters, control bytes escaped, so that a
+// hostile id still gives one short line.
+std::string excerpt(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < 120; ++i) {
+    const unsigned char ch = static_cast<unsigned char>(s[i]);
+    if (ch < 0x20 || ch >= 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", ch);
+      out += buf;
+    } else {
+      out += s[i];
+    }
+  }
+  if (s.size() > 120) out += "... (" + std::to_string(s.size()) + " characters)";
+  return out;
+}
+
+// Case ids travel through shells, file names, HDF5 group names and JSON reports: printable
+// ASCII only.
+void check_printable(const std::string& id) {
+  for (size_t i = 0; i < id.size(); ++i) {
+    const unsigned char ch = static_cast<unsigned char>(id[i]);
+    if (ch < 0x20 || ch >= 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "0x%02X", ch);
+      throw CaseIdError("case id '" + excerpt(id) + "': byte " + buf + " at position " +
+                        std::to_string(i) + " is not printable ASCII");
+    }
+  }
 }
 
 // Splits "a=1,b=packed[1,2],c=3" at top-level commas.
@@ -34,7 +71,7 @@ std::vector<std::string> split_top(const std::string& s, const std::string& whol
   std::string cur;
   for (char ch : s) {
     if (ch == '[') ++depth;
-    if (ch == ']' && --depth < 0) throw CaseIdError("case id '" + whole + "': unbalanced ']'");
+    if (ch == ']' && --depth < 0) throw CaseIdError("case id '" + excerpt(whole) + "': unbalanced ']'");
     if (ch == ',' && depth == 0) {
       parts.push_back(trim(cur));
       cur.clear();
@@ -42,7 +79,7 @@ std::vector<std::string> split_top(const std::string& s, const std::string& whol
       cur += ch;
     }
   }
-  if (depth != 0) throw CaseIdError("case id '" + whole + "': unbalanced '['");
+  if (depth != 0) throw CaseIdError("case id '" + excerpt(whole) + "': unbalanced '['");
   if (!trim(cur).empty() || !parts.empty()) parts.push_back(trim(cur));
   return parts;
 }
@@ -52,7 +89,7 @@ std::string canonical_value(const ParamSpec& spec, const std::string& raw, const
   switch (spec.kind) {
     case ParamSpec::Kind::kInt: {
       int64_t v = 0;
-      if (!parse_int(raw, v)) throw CaseIdError(where + ": '" + raw + "' is not an integer");
+      if (!parse_int(raw, v)) throw CaseIdError(where + ": '" + excerpt(raw) + "' is not an integer");
       if (v < spec.min || v > spec.max)
         throw CaseIdError(where + ": " + raw + " is outside [" + std::to_string(spec.min) + ", " +
                           std::to_string(spec.max) + "]");
@@ -62,7 +99,7 @@ std::string canonical_value(const ParamSpec& spec, const std::string& raw, const
       if (std::find(spec.choices.begin(), spec.choices.end(), raw) == spec.choices.end()) {
         std::string list;
         for (const auto& c : spec.choices) list += (list.empty() ? "" : "|") + c;
-        throw CaseIdError(where + ": '" + raw + "' is not one of " + list);
+        throw CaseIdError(where + ": '" + excerpt(raw) + "' is not one of " + list);
       }
       return raw;
     }
@@ -70,7 +107,7 @@ std::string canonical_value(const ParamSpec& spec, const std::string& raw, const
       return Layout::parse(raw).str();
     case ParamSpec::Kind::kText:
       if (raw.find_first_of("(),=") != std::string::npos)
-        throw CaseIdError(where + ": '" + raw + "' may not contain ( ) , =");
+        throw CaseIdError(where + ": '" + excerpt(raw) + "' may not contain ( ) , =");
       return raw;
   }
   return raw;
@@ -83,16 +120,17 @@ const OpSchema& find_schema(const std::string& op) {
     if (s.op == op) return s;
   std::string known;
   for (const OpSchema& s : op_schemas()) known += (known.empty() ? "" : ", ") + s.op;
-  throw CaseIdError("unknown operation '" + op + "' (known: " + known + ")");
+  throw CaseIdError("unknown operation '" + excerpt(op) + "' (known: " + known + ")");
 }
 
 Case::Case(std::string op, const std::vector<std::pair<std::string, std::string>>& params)
     : op_(std::move(op)) {
   const OpSchema& schema = find_schema(op_);
-  for (const auto& [key, value] : params) {
+  for (const auto& param : params) {
+    const std::string& key = param.first;  // a plain reference: lambdas may capture it (clang)
     const bool known = std::any_of(schema.params.begin(), schema.params.end(),
                                    [&](const ParamSpec& p) { return p.key == key; });
-    if (!known) throw CaseIdError("unknown parameter '" + key + "' for " + op_);
+    if (!known) throw CaseIdError("unknown parameter '" + excerpt(key) + "' for " + op_);
     int seen = 0;
     for (const auto& kv : params) seen += kv.first == key;
     if (seen > 1) throw CaseIdError("parameter '" + key + "' given twice for " + op_);
@@ -106,26 +144,28 @@ Case::Case(std::string op, const std::vector<std::pair<std::string, std::string>
     id_ += (params_.size() > 1 ? "," : "") + spec.key + "=" + params_.back().second;
   }
   id_ += ")";
+  check_printable(id_);
   if (schema.check) schema.check(*this);
 }
 
 Case Case::parse(const std::string& text) {
   const std::string id = trim(text);
+  check_printable(id);
   const size_t open = id.find('(');
   if (open == std::string::npos || id.back() != ')')
-    throw CaseIdError("case id '" + id + "': expected op(key=value,...)");
+    throw CaseIdError("case id '" + excerpt(id) + "': expected op(key=value,...)");
   const std::string op = trim(id.substr(0, open));
   std::vector<std::pair<std::string, std::string>> params;
   for (const std::string& part : split_top(id.substr(open + 1, id.size() - open - 2), id)) {
     const size_t eq = part.find('=');
     if (eq == std::string::npos || eq == 0)
-      throw CaseIdError("case id '" + id + "': '" + part + "' is not key=value");
+      throw CaseIdError("case id '" + excerpt(id) + "': '" + excerpt(part) + "' is not key=value");
     params.emplace_back(trim(part.substr(0, eq)), trim(part.substr(eq + 1)));
   }
   try {
     return Case(op, params);
   } catch (const CaseIdError& e) {
-    throw CaseIdError("case id '" + id + "': " + e.what());
+    throw CaseIdError("case id '" + excerpt(id) + "': " + e.what());
   }
 }
 
@@ -209,7 +249,7 @@ std::string Layout::str() const {
 Layout Layout::parse(const std::string& text) {
   const std::string s = trim(text);
   const size_t open = s.find('[');
-  const std::string where = "layout '" + s + "'";
+  const std::string where = "layout '" + excerpt(s) + "'";
   if (open == std::string::npos || s.back() != ']')
     throw CaseIdError(where + ": expected single[T], batch[BxT] or packed[l0,l1,...]");
   const std::string kind = s.substr(0, open), body = s.substr(open + 1, s.size() - open - 2);
@@ -226,24 +266,29 @@ Layout Layout::parse(const std::string& text) {
     const size_t x = body.find('x');
     int64_t b = 0;
     if (x == std::string::npos || !parse_int(body.substr(0, x), b) ||
-        !parse_int(body.substr(x + 1), v) || b < 1 || b > 65536 || v < 0 || b * v >= kMaxTokens)
-      throw CaseIdError(where + ": expected batch[BxT] with B >= 1, T >= 0");
+        !parse_int(body.substr(x + 1), v) || b < 1 || b > 65536 || v < 0 || v >= kMaxTokens ||
+        b * v >= kMaxTokens)
+      throw CaseIdError(where + ": expected batch[BxT] with 1 <= B <= 65536, T >= 0, B*T < 2^31");
     L.lengths.assign(static_cast<size_t>(b), v);
   } else if (kind == "packed") {
     L.kind = Kind::kPacked;
+    constexpr int64_t kMaxSeqs = 1000000;
+    int64_t total = 0;  // a running sum: a list of a million entries stays linear
     for (const std::string& part : split_top(body, s)) {
       const size_t star = part.find('*');
       int64_t reps = 1;
       if (!parse_int(part.substr(0, star), v) || v < 0 ||
           (star != std::string::npos && (!parse_int(part.substr(star + 1), reps) || reps < 1)))
-        throw CaseIdError(where + ": '" + part + "' is not a length or L*N");
-      if (L.lengths.size() + reps > 1000000) throw CaseIdError(where + ": too many sequences");
+        throw CaseIdError(where + ": '" + excerpt(part) + "' is not a length or L*N");
+      if (reps > kMaxSeqs || static_cast<int64_t>(L.lengths.size()) + reps > kMaxSeqs)
+        throw CaseIdError(where + ": more than " + std::to_string(kMaxSeqs) + " sequences");
+      if (v >= kMaxTokens || (total += v * reps) >= kMaxTokens)
+        throw CaseIdError(where + ": more than 2^31 tokens");
       L.lengths.insert(L.lengths.end(), static_cast<size_t>(reps), v);
-      if (L.total_tokens() >= kMaxTokens) throw CaseIdError(where + ": more than 2^31 tokens");
     }
     if (L.lengths.empty()) throw CaseIdError(where + ": no sequences");
   } else {
-    throw CaseIdError(where + ": unknown layout kind '" + kind + "'");
+    throw CaseIdError(where + ": unknown layout kind '" + excerpt(kind) + "'");
   }
   return L;
 }

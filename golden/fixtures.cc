@@ -80,6 +80,16 @@ Status check_stored(const FixtureCase& fc) {
   for (const auto& s : specs)
     if (!fc.expected.count(s.name))
       return Status::InvalidArgument(where + ": expected/" + s.name + " missing");
+  // A tolerance needs a finite expectation to measure against (exactly compared outputs, such as
+  // additive masks, may hold infinities).
+  if (!harness::operation_for(fc.c).exact(fc.c))
+    for (const auto& [name, values] : fc.expected)
+      for (size_t i = 0; i < values.size(); ++i)
+        if (!std::isfinite(values[i]))
+          return Status::InvalidArgument(
+              fmt::format("{}: expected/{}: non-finite value {} at index {}: an expectation "
+                          "compared with a tolerance must be finite",
+                          where, name, values[i], i));
   return Status::Ok();
 }
 

@@ -14,6 +14,9 @@
 #include <cstring>
 #include <limits>
 
+#include "cases/generate.h"
+#include "cases/generator_version.h"
+#include "cases/input_checks.h"
 #include "golden/sha256.h"
 
 namespace deltacheck::golden {
@@ -377,8 +380,34 @@ StatusOr<Hid> open_group(hid_t parent, const std::string& name, const std::strin
 }
 
 // Reads a dataset written by write_dataset() into a tensor, checking dtype and checksum.
+std::string size_text(double bytes) {
+  char buf[32];
+  if (bytes >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.3g GB", bytes / 1e9);
+  else if (bytes >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.3g MB", bytes / 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "%.3g kB", bytes / 1e3);
+  return buf;
+}
+
+// What a reader may still allocate for the case being read (--max-memory); negative: no limit.
+struct Budget {
+  int64_t limit = -1, left = -1;
+  Status take(const std::string& where, int64_t bytes) {
+    if (limit < 0) return Status::Ok();
+    if (bytes > left)
+      return invalid(where + ": reading it would exceed the memory limit of " +
+                     size_text(static_cast<double>(limit)) + " (--max-memory; " +
+                     size_text(static_cast<double>(limit - left + bytes)) + " needed so far)");
+    left -= bytes;
+    return Status::Ok();
+  }
+};
+
 StatusOr<Tensor> read_checked_dataset(hid_t group, const std::string& name,
-                                      const std::string& where, DatasetInfo* info) {
+                                      const std::string& where, DatasetInfo* info,
+                                      Budget* budget) {
   Hid d = dataset_h(H5Dopen2(group, name.c_str(), H5P_DEFAULT));
   if (!d.ok()) return invalid(where + ": not a readable dataset" + hdf5_detail());
   StatusOr<std::string> dtype_name = read_attr_string(d.get(), where, "dtype");
@@ -393,6 +422,9 @@ StatusOr<Tensor> read_checked_dataset(hid_t group, const std::string& name,
   if (!shape.ok()) return shape.status();
   StatusOr<std::string> sha = read_attr_string(d.get(), where, "sha256");
   if (!sha.ok()) return sha.status();
+  int64_t bytes = cases::dtype_size(*dtype);
+  for (int64_t x : shape.value()) bytes *= x;  // below 2^40: dataset_shape() refuses more
+  if (Status st = budget->take(where, bytes); !st.ok()) return st;
   Tensor t(name, *dtype, shape.value());
   if (t.nbytes() > 0) {
     // Contiguous data must be all there: a truncated or unwritten dataset is an error, not zeros.
@@ -602,11 +634,13 @@ struct FixtureReader::Impl {
   Hid file;
   FileInfo info;
   std::vector<std::string> groups;
+  int64_t max_bytes = 0;
 };
 
 FixtureReader::FixtureReader() : impl_(std::make_unique<Impl>()) {}
 FixtureReader::~FixtureReader() = default;
 const FileInfo& FixtureReader::info() const { return impl_->info; }
+void FixtureReader::set_max_bytes(int64_t bytes) { impl_->max_bytes = bytes; }
 const std::vector<std::string>& FixtureReader::case_groups() const { return impl_->groups; }
 
 Status FixtureReader::open(const std::string& path) {
@@ -684,6 +718,8 @@ StatusOr<FixtureCase> FixtureReader::read(size_t index) const {
   if (!tol.ok()) return tol.status();
 
   FixtureCase fc{*c, {}, {}, {}, gen.value(), tol.value(), {}};
+  Budget budget;
+  if (impl_->max_bytes > 0) budget.limit = budget.left = impl_->max_bytes;
 
   StatusOr<Hid> inputs = open_group(gid, "inputs", where);
   if (!inputs.ok()) return inputs.status();
@@ -700,11 +736,25 @@ StatusOr<FixtureCase> FixtureReader::read(size_t index) const {
   for (const std::string& n : input_names.value()) {
     DatasetInfo info;
     StatusOr<Tensor> t =
-        read_checked_dataset(inputs.value().get(), n, where + " inputs/" + n, &info);
+        read_checked_dataset(inputs.value().get(), n, where + " inputs/" + n, &info, &budget);
     if (!t.ok()) return t.status();
     info.role = "inputs";
     fc.datasets.push_back(std::move(info));
     fc.inputs.add(t.take());
+  }
+  // The stored inputs must be the problem the id describes before anything reads them; checking
+  // regenerates the case's inputs (their shapes, and the values fixed by the id).
+  try {
+    if (Status st = budget.take(where + " (inputs regenerated to check them)",
+                                cases::estimate_input_bytes(*c));
+        !st.ok())
+      return st;
+    if (Status st = cases::check_case_inputs(*c, fc.inputs,
+                                             gen.value() == cases::kGeneratorVersion);
+        !st.ok())
+      return invalid(where + ": " + st.message());
+  } catch (const std::exception& e) {
+    return invalid(where + ": cannot regenerate its inputs to check them: " + e.what());
   }
 
   StatusOr<Hid> outputs = open_group(gid, "outputs", where);
@@ -733,7 +783,8 @@ StatusOr<FixtureCase> FixtureReader::read(size_t index) const {
       if (H5Lexists(expected.value().get(), s.name.c_str(), H5P_DEFAULT) <= 0)
         return invalid(w + ": dataset missing");
       DatasetInfo info;
-      StatusOr<Tensor> t = read_checked_dataset(expected.value().get(), s.name, w, &info);
+      StatusOr<Tensor> t =
+          read_checked_dataset(expected.value().get(), s.name, w, &info, &budget);
       if (!t.ok()) return t.status();
       if (t.value().dtype() != DType::kF64) return invalid(w + ": not fp64");
       if (t.value().shape() != s.shape)

@@ -103,8 +103,9 @@ class FixtureWriter {
 
 // Reads a fixture file. open() checks the file-level attributes (format name and version); each
 // read() checks one case completely: group name against its case id, that the id parses and is
-// canonical, the seed, every dataset's dtype, shape and SHA-256, and that every output has its
-// expected dataset.
+// canonical, the seed, every dataset's dtype, shape and SHA-256, that every output has its
+// expected dataset, and that the inputs fit the case (cases/input_checks.h: names, dtypes, shapes,
+// cu_seqlens, state slots, finite values).
 class FixtureReader {
  public:
   FixtureReader();
@@ -113,6 +114,9 @@ class FixtureReader {
   FixtureReader& operator=(const FixtureReader&) = delete;
 
   Status open(const std::string& path);
+  // Refuses, before allocating, a case whose datasets (plus its inputs regenerated to check the
+  // stored ones) would take more than `bytes` of memory (--max-memory). 0: no limit.
+  void set_max_bytes(int64_t bytes);
   const FileInfo& info() const;
   // Group names of the cases, in the order they were written (ids: unescape_case_id).
   const std::vector<std::string>& case_groups() const;

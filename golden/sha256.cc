@@ -62,7 +62,7 @@ void Sha256::block(const uint8_t* p) {
 void Sha256::update(const void* data, size_t n) {
   const uint8_t* p = static_cast<const uint8_t*>(data);
   total_ += n;
-  if (buffered_ > 0) {
+  if (buffered_ > 0 && n > 0) {
     const size_t take = std::min(n, buf_.size() - buffered_);
     std::memcpy(buf_.data() + buffered_, p, take);
     buffered_ += take;
@@ -73,7 +73,7 @@ void Sha256::update(const void* data, size_t n) {
     buffered_ = 0;
   }
   for (; n >= 64; p += 64, n -= 64) block(p);
-  std::memcpy(buf_.data(), p, n);
+  if (n > 0) std::memcpy(buf_.data(), p, n);  // p may be null when n == 0 (an empty vector)
   buffered_ = n;
 }
 

@@ -30,6 +30,10 @@ class Backend {
   virtual bool deliberately_wrong() const { return false; }
   // Bit-identical results for identical inputs (the repeat and isolation probes rely on it).
   virtual bool deterministic() const { return true; }
+  // A sequence's result does not depend, even in the last bit, on what else is in its batch.
+  // When false, the alone/order/isolation probes judge each variation against the oracle with the
+  // tolerance instead of asking for bit-identity.
+  virtual bool batch_invariant(const cases::Case& c) const { return deterministic(); }
   virtual Support supports(const cases::Case& c) const = 0;
   // Writes every tensor of `outputs` (shapes and dtypes fixed by the operation).
   virtual Status run(const cases::Case& c, const cases::TensorMap& inputs,

@@ -13,6 +13,7 @@
 
 #include "cases/generate.h"
 #include "harness/call_plan.h"
+#include "harness/limits.h"
 #include "harness/probes.h"
 #include "harness/repack.h"
 
@@ -144,9 +145,9 @@ bool is_failure(Verdict v) {
   return v == Verdict::kFail || v == Verdict::kLeak || v == Verdict::kError;
 }
 
-PreparedCase prepare(const cases::Case& c) {
+PreparedCase prepare(const cases::Case& c, const cases::GenOptions& options) {
   const Operation& op = operation_for(c);
-  PreparedCase pc{c, cases::generate_inputs(c), {}, {}, op.outputs(c)};
+  PreparedCase pc{c, cases::generate_inputs(c, options), {}, {}, op.outputs(c)};
   pc.expected = op.oracle(c, pc.inputs);
   pc.baseline = op.baseline(c, pc.inputs);
   return pc;
@@ -444,7 +445,23 @@ std::vector<CaseResult> run_all(const std::vector<cases::Case>& cs,
       std::vector<CaseResult> rs;
       bool any_supported = false;
       for (Backend* b : backends) any_supported = any_supported || b->supports(cs[i]).ok;
-      if (!any_supported) {
+      // --max-memory: a case that would not fit is skipped before anything is allocated.
+      std::string too_big;
+      try {
+        if (any_supported) too_big = memory_refusal(cs[i], options.max_memory_bytes);
+      } catch (const std::exception&) {  // prepare() below reports what is wrong with the case
+      }
+      if (!too_big.empty()) {
+        for (Backend* b : backends) {
+          CaseResult r;
+          r.case_id = cs[i].id();
+          r.op = cs[i].op();
+          r.backend = b->name();
+          r.verdict = Verdict::kSkipped;
+          r.message = too_big;
+          rs.push_back(std::move(r));
+        }
+      } else if (!any_supported) {
         for (Backend* b : backends) {
           CaseResult r;
           r.case_id = cs[i].id();

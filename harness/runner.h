@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cases/case.h"
+#include "cases/op.h"
 #include "cases/tensor.h"
 #include "harness/backend.h"
 #include "harness/operation.h"
@@ -23,8 +24,9 @@ struct PreparedCase {
   std::vector<OutputSpec> outputs;
 };
 
-// Generates inputs and computes the oracle and baseline. Throws on invalid cases.
-PreparedCase prepare(const cases::Case& c);
+// Generates inputs and computes the oracle and baseline. Throws on invalid cases. `salts`
+// regenerate chosen sequences (cases::GenOptions).
+PreparedCase prepare(const cases::Case& c, const cases::GenOptions& options = {});
 
 // Allocates a case's outputs with guard bands, poisoned.
 cases::TensorMap allocate_outputs(const std::vector<OutputSpec>& specs);
@@ -62,6 +64,9 @@ struct RunOptions {
   int jobs = 1;                // cases prepared and run concurrently
   bool probes = true;          // run the leakage probes after each oracle comparison
   FailureCallback on_failure;  // see FailureCallback; null: none
+  // Cases whose estimated memory exceeds this many bytes are skipped before anything is
+  // allocated (harness/limits.h, --max-memory); 0: no limit.
+  int64_t max_memory_bytes = 0;
 };
 
 // Runs every case on every backend, streaming: each case is prepared, run and released before

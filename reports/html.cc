@@ -21,7 +21,7 @@ using harness::Verdict;
 // Failures beyond this many are listed without plots, to keep the page a few MB at most.
 constexpr size_t kMaxPlottedFailures = 60;
 // Bins per curve (two points each): longer curves are reduced to the max of each bin.
-constexpr size_t kMaxPoints = 500;
+constexpr size_t kMaxBins = 500;
 constexpr size_t kMaxHeadCurves = 16;
 
 const char* kHeadColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
@@ -79,11 +79,11 @@ struct Frame {
   }
 };
 
-// A step curve: each bin of tokens (at most kMaxPoints bins) a flat segment at its max, so one
+// A step curve: each bin of tokens (at most kMaxBins bins) a flat segment at its max, so one
 // token is as visible as a thousand and peaks survive; a non-finite value wins its bin.
 std::vector<std::pair<double, double>> reduce(const std::vector<double>& v) {
   std::vector<std::pair<double, double>> pts;
-  const size_t n = v.size(), bins = std::min(n, kMaxPoints);
+  const size_t n = v.size(), bins = std::min(n, kMaxBins);
   for (size_t b = 0; b < bins; ++b) {
     const size_t lo = b * n / bins, hi = std::max(lo + 1, (b + 1) * n / bins);
     double m = 0.0;

@@ -4,6 +4,7 @@
 // <skipped>; the details go to <system-out>. Validated against tests/reports/junit.xsd.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 

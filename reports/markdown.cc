@@ -3,6 +3,7 @@
 // rerun commands. Long failure lists are cut; the full list is in report.html and junit.xml.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "reports/report.h"

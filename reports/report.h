@@ -3,6 +3,7 @@
 // rendered exactly like a single run, and a report directory can be re-rendered from its JSON.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>

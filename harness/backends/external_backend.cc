@@ -4,9 +4,17 @@
 // own process group with a timeout; the program's outputs come back from {out}. Everything that
 // can go wrong on the program's side (non-zero exit, crash, timeout, missing or malformed
 // outputs) is a Status error naming the reason, so the case gets the verdict error.
+//
+// Resource limits: the program's temporary files go to the case's folder (TMPDIR points there),
+// which is removed afterwards whatever the program did to it (and, at the next run, when a killed
+// deltacheck left it behind); no file it writes may exceed an output-size limit (RLIMIT_FSIZE),
+// and {out} must be a regular file within that limit before it is read.
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,11 +23,15 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "golden/format.h"
 #include "harness/backends/backends.h"
+#include "harness/isolation.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -47,17 +59,62 @@ std::string last_line(const std::string& path) {
   return last;
 }
 
+// Makes a folder the program may have locked (chmod 000) removable again; never follows a
+// symbolic link out of it.
+void make_removable(const std::string& path, int depth = 0) {
+  struct stat st;
+  if (depth > 64 || lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
+  chmod(path.c_str(), 0700);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(path, ec))
+    make_removable(e.path().string(), depth + 1);
+}
+
+void remove_folder(const std::string& path) {
+  make_removable(path);
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+}
+
+constexpr const char* kTempPrefix = "deltacheck-external-";
+
+// Folders of deltacheck processes that no longer exist (killed before they could clean up).
+void remove_stale_folders(const std::string& base) {
+  DIR* d = opendir(base.c_str());
+  if (!d) return;
+  std::vector<std::string> stale;
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind(kTempPrefix, 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + std::strlen(kTempPrefix), nullptr, 10);
+    struct stat st;
+    const std::string path = base + "/" + name;
+    if (pid > 0 && lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid() &&
+        kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+      stale.push_back(path);
+  }
+  closedir(d);
+  for (const std::string& p : stale) remove_folder(p);
+}
+
 // A private temporary folder, removed with everything in it.
 class TempDir {
  public:
   TempDir() {
     const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/deltacheck-external-XXXXXX";
+    const std::string dir = base && *base ? base : "/tmp";
+    {
+      // Once per process and folder: a readdir of TMPDIR, not one per case.
+      static std::mutex mu;
+      static std::set<std::string> swept;
+      std::lock_guard<std::mutex> lock(mu);
+      if (swept.insert(dir).second) remove_stale_folders(dir);
+    }
+    std::string tmpl = dir + "/" + kTempPrefix + std::to_string(getpid()) + "-XXXXXX";
     if (mkdtemp(tmpl.data())) path_ = tmpl;
   }
   ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+    if (!path_.empty()) remove_folder(path_);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
@@ -77,8 +134,19 @@ struct Exit {
 // files; after `timeout_s` the whole group is killed. Stragglers the program left running in its
 // group are killed when it ends.
 golden::StatusOr<Exit> run_program(const std::string& cmd, double timeout_s,
-                                   const std::string& out_path, const std::string& err_path) {
+                                   const std::string& out_path, const std::string& err_path,
+                                   const std::string& tmpdir, uint64_t max_file_bytes) {
   const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+  // The environment, with TMPDIR set to the case's folder (built before fork: the child may
+  // only make async-signal-safe calls).
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, "TMPDIR=", 7) != 0) env.emplace_back(*e);
+  env.push_back("TMPDIR=" + tmpdir);
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const rlimit fsize{max_file_bytes, max_file_bytes};
   const pid_t pid = fork();
   if (pid < 0) return Status::Internal(std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
@@ -92,7 +160,8 @@ golden::StatusOr<Exit> run_program(const std::string& cmd, double timeout_s,
     dup2(out, 1);
     dup2(err, 2);
     closefrom(3);
-    execv("/bin/sh", const_cast<char* const*>(argv));
+    setrlimit(RLIMIT_FSIZE, &fsize);
+    execve("/bin/sh", const_cast<char* const*>(argv), envp.data());
     _exit(127);
   }
   setpgid(pid, pid);  // also here: no race with the child's own call
@@ -165,7 +234,12 @@ class ExternalBackend : public Backend {
     const std::string cmd =
         substitute(substitute(cmd_, "{in}", shell_quote(in)), "{out}", shell_quote(out));
     const std::string err_path = dir.path() + "/stderr.txt";
-    golden::StatusOr<Exit> e = run_program(cmd, timeout_s_, dir.path() + "/stdout.txt", err_path);
+    // The output-size limit: room for the outputs several times over, plus HDF5's metadata.
+    uint64_t out_bytes = 0;
+    for (const cases::Tensor& t : outputs.all()) out_bytes += t.nbytes();
+    const uint64_t max_file = 4 * out_bytes + (uint64_t{64} << 20);
+    golden::StatusOr<Exit> e =
+        run_program(cmd, timeout_s_, dir.path() + "/stdout.txt", err_path, dir.path(), max_file);
     if (!e.ok()) return e.status();
     const std::string said = last_line(err_path);
     const std::string tail = said.empty() ? "" : ": " + said;
@@ -174,6 +248,13 @@ class ExternalBackend : public Backend {
       s << "external program timed out after " << timeout_s_ << " s (process group killed)";
       return Status::Internal(s.str());
     }
+    // Killed by SIGXFSZ itself, or a shell reporting that its command was (128 + signal).
+    if ((e.value().signaled && e.value().code == SIGXFSZ) ||
+        (!e.value().signaled && e.value().code == 128 + SIGXFSZ))
+      return Status::Internal(
+          "external program wrote a file larger than the output-size limit "
+          "of " +
+          std::to_string(max_file) + " bytes (killed by SIGXFSZ)");
     if (e.value().signaled)
       return Status::Internal("external program crashed: killed by signal " +
                               std::to_string(e.value().code) + " (" + strsignal(e.value().code) +
@@ -182,7 +263,23 @@ class ExternalBackend : public Backend {
       return Status::Internal("external program exited with code " +
                               std::to_string(e.value().code) +
                               (e.value().code == 127 ? " (command not found?)" : "") + tail);
-    Status st = golden::read_output_file(out, outputs);
+    // {out} must be a regular file (a FIFO or a link to a device would block or never end)
+    // within the limit before HDF5 opens it.
+    struct stat ost;
+    if (lstat(out.c_str(), &ost) == 0 &&
+        (!S_ISREG(ost.st_mode) || static_cast<uint64_t>(ost.st_size) >= max_file))
+      return Status::InvalidArgument(
+          S_ISREG(ost.st_mode)
+              ? "external program's {out} is " + std::to_string(ost.st_size) +
+                    " bytes, at the output-size limit of " + std::to_string(max_file)
+              : std::string("external program's {out} is not a regular file"));
+    // Read in a child process too: the HDF5 library can hang or crash on a crafted file, and
+    // the program's output is as untrusted as the program.
+    Status st =
+        run_isolated([&](cases::TensorMap& into) { return golden::read_output_file(out, into); },
+                     outputs, {timeout_s_});
+    if (st.code() == StatusCode::kInternal)  // the reader's child crashed or hung
+      return Status::Internal("reading the external program's {out} " + st.message());
     if (st.code() == StatusCode::kUnsupported) return st;
     if (!st.ok()) return Status::InvalidArgument("external program's outputs: " + st.message());
     return Status::Ok();

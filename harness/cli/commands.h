@@ -89,9 +89,18 @@ class ResultSink {
 struct BackendSelection {
   std::vector<std::string> names{"cpu"};
   harness::BackendOptions options;
+  bool isolate = false;     // --isolate: each backend call in a child process (--timeout)
+  std::string max_memory;   // --max-memory; empty: the default (limits.cc)
 };
 void add_backend_options(CLI::App* app, BackendSelection& b);
 std::vector<std::unique_ptr<harness::Backend>> make_backends(const BackendSelection& b);
+
+// Resource limits (limits.cc): --max-memory SIZE on the commands that allocate cases, in bytes
+// (default: half the RAM); throws UsageError on a bad size. A case over the limit given
+// explicitly (--case, a fixture) is a usage error: "case '<id>': needs about ..., over ...".
+void add_max_memory_option(CLI::App* app, std::string& max_memory);
+int64_t max_memory_bytes(const std::string& max_memory);
+void refuse_if_too_big(const cases::Case& c, int64_t max_memory_bytes);
 
 Command add_run_command(CLI::App& app);
 Command add_list_command(CLI::App& app);

@@ -17,6 +17,8 @@
 #include "cases/generator_version.h"
 #include "golden/fixtures.h"
 #include "harness/cli/commands.h"
+#include "harness/isolation.h"
+#include "harness/limits.h"
 #include "harness/operation.h"
 #include "harness/runner.h"
 #include "harness/tolerance.h"
@@ -62,8 +64,9 @@ struct Selected {
 
 // Opens a fixture and reads every case once, so that a bad file is rejected before any output;
 // returns the cases whose id matches `filter`.
-Selected open_and_validate(FixtureReader& reader, const std::string& file,
-                           const std::string& filter, bool need_expected) {
+Selected validate_in_process(FixtureReader& reader, const std::string& file,
+                             const std::string& filter, bool need_expected, int64_t max_memory) {
+  reader.set_max_bytes(max_memory);
   if (Status st = reader.open(file); !st.ok()) bad_file(file, st.message());
   const std::regex re = make_filter(filter);
   Selected selected;
@@ -74,12 +77,43 @@ Selected open_and_validate(FixtureReader& reader, const std::string& file,
       if (Status st = golden::check_stored(fc.value()); !st.ok()) bad_file(file, st.message());
     }
     if (filter.empty() || std::regex_search(fc.value().c.id(), re)) {
+      // Running it needs more than reading it (outputs, baseline, probes): refused up front.
+      if (need_expected) {
+        if (std::string why = harness::memory_refusal(fc.value().c, max_memory); !why.empty())
+          bad_file(file, "case '" + fc.value().c.id() + "': " + why);
+      }
       selected.index.push_back(i);
       selected.cases.push_back(fc.value().c);
     }
   }
   if (reader.case_groups().empty()) bad_file(file, "no cases");
   return selected;
+}
+
+// The same, after a first pass in a child process with a deadline: the HDF5 library itself can
+// hang or crash on a crafted file (fuzzing found a 12 kB file on which it loops forever), and
+// that must be an input error, not a hung or crashed gate.
+Selected open_and_validate(FixtureReader& reader, const std::string& file,
+                           const std::string& filter, bool need_expected, double timeout_s,
+                           int64_t max_memory = harness::default_max_memory_bytes()) {
+  if (!(timeout_s > 0)) throw UsageError("--timeout must be a positive number of seconds");
+  cases::TensorMap nothing;
+  Status st;
+  try {
+    st = harness::run_isolated(
+        [&](cases::TensorMap&) {
+          FixtureReader first;
+          validate_in_process(first, file, filter, need_expected, max_memory);
+          return Status::Ok();
+        },
+        nothing, {timeout_s});
+  } catch (const std::runtime_error& e) {  // the child's UsageError: the file's problem
+    throw UsageError(e.what());
+  }
+  if (!st.ok())
+    bad_file(file, "reading it " + st.message() +
+                       " (a file the HDF5 library cannot read safely: crafted or corrupted)");
+  return validate_in_process(reader, file, filter, need_expected, max_memory);
 }
 
 FixtureCase read_validated(const FixtureReader& reader, const std::string& file, size_t i) {
@@ -94,6 +128,7 @@ struct GenerateArgs {
   Selection sel;
   std::string cases_from;
   std::string output;
+  std::string max_memory;
 };
 
 // Case ids from a file, one per line; '#' starts a comment.
@@ -116,12 +151,14 @@ int generate(GenerateArgs a) {
     for (std::string& id : read_case_list(a.cases_from)) a.sel.case_ids.push_back(std::move(id));
   const std::vector<cases::Case> cs = select_cases(a.sel);
   if (cs.empty()) throw UsageError("no case selected (check --suite, --case and --filter)");
+  const int64_t max_memory = max_memory_bytes(a.max_memory);
   for (const cases::Case& c : cs) {
     try {
       harness::operation_for(c);
     } catch (const std::exception& e) {
       throw UsageError(e.what());
     }
+    refuse_if_too_big(c, max_memory);
   }
   golden::FileInfo info;
   info.generator_version = cases::kGeneratorVersion;
@@ -159,7 +196,9 @@ struct VerifyArgs {
 
 int verify(const VerifyArgs& a) {
   FixtureReader reader;
-  const Selected selected = open_and_validate(reader, a.file, a.filter, true);
+  const Selected selected =
+      open_and_validate(reader, a.file, a.filter, true, a.backends.options.timeout_s,
+                        max_memory_bytes(a.backends.max_memory));
   if (selected.index.empty()) throw UsageError("no case of " + a.file + " matches --filter");
   const auto owned = make_backends(a.backends);
   std::vector<harness::Backend*> backends;
@@ -197,12 +236,15 @@ struct CheckArgs {
   std::string file;
   std::string filter;
   bool quiet = false;
+  std::string max_memory;
+  double timeout_s = 120.0;
 };
 
 int check(const CheckArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   FixtureReader reader;
-  const Selected selected = open_and_validate(reader, a.file, a.filter, true);
+  const Selected selected = open_and_validate(reader, a.file, a.filter, true, a.timeout_s,
+                                              max_memory_bytes(a.max_memory));
   if (selected.index.empty()) throw UsageError("no case of " + a.file + " matches --filter");
   int drifted = 0;
   double worst = 0.0;
@@ -235,11 +277,12 @@ int check(const CheckArgs& a) {
 struct InspectArgs {
   std::string file;
   std::string case_id;
+  double timeout_s = 120.0;
 };
 
 int inspect(const InspectArgs& a) {
   FixtureReader reader;
-  open_and_validate(reader, a.file, "", false);
+  open_and_validate(reader, a.file, "", false, a.timeout_s);
   const golden::FileInfo& info = reader.info();
   std::string want;
   if (!a.case_id.empty()) {
@@ -283,6 +326,10 @@ int inspect(const InspectArgs& a) {
 
 }  // namespace
 
+constexpr const char* kReadTimeoutHelp =
+    "seconds the first reading of the file (in a child process) may take: a file that makes "
+    "the HDF5 library hang or crash is an input error (exit 2)";
+
 Command add_golden_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("golden",
                                      "golden fixtures in HDF5: generate, verify, check, "
@@ -307,6 +354,7 @@ bad fixtures (truncated, corrupted, checksum mismatch, unknown format version) e
                 "golden/fixtures.cases)");
   g->add_option("-o,--output", gen->output, "fixture file to write, e.g. golden/gate.h5")
       ->required();
+  add_max_memory_option(g, gen->max_memory);
 
   auto ver = std::make_shared<VerifyArgs>();
   CLI::App* v = cmd->add_subcommand(
@@ -327,6 +375,8 @@ bad fixtures (truncated, corrupted, checksum mismatch, unknown format version) e
   c->add_option("file", chk->file, "fixture file")->required();
   c->add_option("--filter,-f", chk->filter, "only cases whose id matches this regex");
   c->add_flag("--quiet,-q", chk->quiet, "print only drifted cases");
+  add_max_memory_option(c, chk->max_memory);
+  c->add_option("--timeout", chk->timeout_s, kReadTimeoutHelp)->capture_default_str();
 
   auto ins = std::make_shared<InspectArgs>();
   CLI::App* in = cmd->add_subcommand(
@@ -335,6 +385,7 @@ bad fixtures (truncated, corrupted, checksum mismatch, unknown format version) e
       "verified); with CASE, that case in full");
   in->add_option("file", ins->file, "fixture file")->required();
   in->add_option("case", ins->case_id, "a case id in the file");
+  in->add_option("--timeout", ins->timeout_s, kReadTimeoutHelp)->capture_default_str();
 
   return {cmd, [=] {
             if (g->parsed()) return generate(*gen);

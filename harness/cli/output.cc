@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "harness/cli/commands.h"
+#include "harness/isolation.h"
 #include "harness/tolerance.h"
 #include "reports/console.h"
 #include "reports/failure_dump.h"
@@ -34,7 +35,7 @@ void add_output_options(CLI::App* app, OutputOptions& o) {
       ->check(CLI::IsMember({"auto", "bar", "lines"}))
       ->capture_default_str();
   app->add_option("--max-dumps", o.max_dumps, "failure dumps written at most (with --report-dir)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
 }
 
@@ -78,6 +79,7 @@ std::string backend_option_args(const BackendSelection& b) {
     add("--timeout", fmt::format("{}", b.options.timeout_s));
   if (!b.options.library.empty()) add("--library", b.options.library);
   if (!b.options.op.empty()) add("--op", b.options.op);
+  if (b.isolate) s += (s.empty() ? "" : " ") + std::string("--isolate");
   return s;
 }
 
@@ -254,7 +256,12 @@ int ResultSink::finish(const std::vector<harness::CaseResult>& results) {
     rep.git_revision = reports::git_revision();
     rep.tolerance = harness::describe_policy();
     rep.selection = st.selection;
-    rep.backends = st.backends;
+    // Backends as the results name them (in the order they ran); the requested names when
+    // nothing ran (an empty shard).
+    for (const auto& r : results)
+      if (std::find(rep.backends.begin(), rep.backends.end(), r.backend) == rep.backends.end())
+        rep.backends.push_back(r.backend);
+    if (rep.backends.empty()) rep.backends = st.backends;
     rep.fail_on = st.fail_on;
     rep.machines = {reports::this_machine()};
     rep.command = reports::this_command_line();
@@ -273,8 +280,6 @@ int ResultSink::finish(const std::vector<harness::CaseResult>& results) {
       reports::Entry e = reports::make_entry(r, index, st.backend_args);
       if (const auto d = st.dumps.find({r.case_id, r.backend}); d != st.dumps.end())
         e.dump = d->second;
-      if (std::find(rep.backends.begin(), rep.backends.end(), r.backend) == rep.backends.end())
-        rep.backends.push_back(r.backend);
       rep.entries.push_back(std::move(e));
     }
     rep.selected_cases = st.selected >= 0 ? st.selected : static_cast<int64_t>(first_seen.size());
@@ -313,25 +318,38 @@ void add_backend_options(CLI::App* app, BackendSelection& b) {
       ->capture_default_str();
   app->add_option("--cmd", b.options.cmd,
                   "external backend: command, e.g. 'python3 x.py {in} {out}'");
-  app->add_option("--timeout", b.options.timeout_s, "external backend: seconds per case")
+  app->add_option("--timeout", b.options.timeout_s,
+                  "external backend, and every backend under --isolate: seconds per backend call "
+                  "before it is killed (verdict error)")
       ->capture_default_str();
+  app->add_flag("--isolate", b.isolate,
+                "run each backend call in a forked child process: a crash (abort, segfault, "
+                "exit) or a hang past --timeout is the verdict error for that case, and the run "
+                "continues (external programs are always separate processes)");
+  add_max_memory_option(app, b.max_memory);
   app->add_option("--library", b.options.library, "torch-op backend: shared library to load");
   app->add_option("--op", b.options.op, "torch-op backend: operator, e.g. myns::my_op");
 }
 
 std::vector<std::unique_ptr<harness::Backend>> make_backends(const BackendSelection& b) {
   std::vector<std::unique_ptr<harness::Backend>> out;
-  for (const std::string& name : split_commas(b.names)) {
+  const std::vector<std::string> names = split_commas(b.names);
+  for (size_t i = 0; i < names.size(); ++i)  // results are keyed by (case, backend)
+    if (std::find(names.begin(), names.begin() + i, names[i]) != names.begin() + i)
+      throw UsageError("--backend: '" + names[i] + "' is given twice");
+  for (const std::string& name : names) {
     if (name == "external" && (b.options.cmd.find("{in}") == std::string::npos ||
                                b.options.cmd.find("{out}") == std::string::npos))
       throw UsageError("--backend external needs --cmd 'PROGRAM {in} {out}' (golden/README.md)");
-    if (name == "external" && !(b.options.timeout_s > 0))
+    if ((name == "external" || b.isolate) && !(b.options.timeout_s > 0))
       throw UsageError("--timeout must be a positive number of seconds");
     try {
       out.push_back(harness::make_backend(name, b.options));
     } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());
     }
+    if (b.isolate && name != "external")  // a program is a separate process already
+      out.back() = harness::make_isolated_backend(std::move(out.back()), {b.options.timeout_s});
   }
   if (out.empty()) throw UsageError("no backend given (--backend cpu)");
   return out;

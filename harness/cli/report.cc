@@ -25,29 +25,30 @@ struct MergeArgs {
 };
 
 // Copies the inputs' failure dumps next to the merged report (names are unique per case and
-// backend, so shards never collide).
-int copy_dumps(const std::vector<std::string>& inputs, const reports::Report& merged,
+// backend, so shards never collide); an entry whose dump is not found loses its link.
+int copy_dumps(const std::vector<std::string>& inputs, reports::Report& merged,
                const std::string& out) {
   std::error_code ec;
   const fs::path dst = fs::path(out) / "failures";
   int copied = 0;
-  for (const reports::Entry& e : merged.entries) {
+  for (reports::Entry& e : merged.entries) {
     if (e.dump.empty()) continue;
+    bool found = false;
     for (const std::string& in : inputs) {
       const fs::path src =
           fs::path(fs::is_directory(in, ec) ? in : fs::path(in).parent_path().string()) / e.dump;
       if (!fs::exists(src, ec)) continue;
       fs::create_directories(dst, ec);
       const fs::path target = fs::path(out) / e.dump;
-      if (fs::equivalent(src, target, ec)) {
-        ++copied;
-        break;
+      if (!fs::equivalent(src, target, ec)) {
+        fs::copy_file(src, target, fs::copy_options::overwrite_existing, ec);
+        if (ec) throw UsageError("cannot copy " + src.string() + ": " + ec.message());
       }
-      fs::copy_file(src, target, fs::copy_options::overwrite_existing, ec);
-      if (ec) throw UsageError("cannot copy " + src.string() + ": " + ec.message());
       ++copied;
+      found = true;
       break;
     }
+    if (!found) e.dump.clear();
   }
   return copied;
 }

@@ -22,7 +22,12 @@ int run(const RunArgs& a) {
   const std::vector<cases::Case>& cs = sel.cases;
   // An empty shard (more shards than cases) is a valid, empty run; an empty selection is not.
   if (sel.total == 0) throw UsageError("no case selected (check --suite, --case and --filter)");
-  if (a.jobs < 1) throw UsageError("--jobs must be >= 1");
+  if (a.jobs < 1 || a.jobs > 1024) throw UsageError("--jobs must be in [1, 1024]");
+  // Cases named explicitly must fit (exit 2 before anything runs); a suite's case that does not
+  // is skipped by the runner with the reason.
+  const int64_t max_memory = max_memory_bytes(a.backends.max_memory);
+  if (!a.sel.case_ids.empty())
+    for (const cases::Case& c : cs) refuse_if_too_big(c, max_memory);
   const auto owned = make_backends(a.backends);
   std::vector<harness::Backend*> backends;
   for (const auto& b : owned) backends.push_back(b.get());
@@ -37,6 +42,7 @@ int run(const RunArgs& a) {
   ropt.on_failure = sink.failure_hook();
   ropt.jobs = a.jobs;
   ropt.probes = !a.no_probes;
+  ropt.max_memory_bytes = max_memory;
   const auto results =
       harness::run_all(cs, backends, ropt, [&](const auto& r) { sink.on_result(r); });
   return sink.finish(results);

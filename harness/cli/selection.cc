@@ -27,7 +27,8 @@ void add_selection_options(CLI::App* app, Selection& s) {
   app->add_option("--suite,-s", s.suite, "suite: smoke, gate, full")->capture_default_str();
   app->add_option("--case", s.case_ids, "exactly this case id (repeatable; overrides --suite)");
   app->add_option("--filter,-f", s.filter, "keep cases whose id matches this regex (ECMAScript)");
-  app->add_option("--seed", s.seed, "replace every case's seed with this one");
+  app->add_option("--seed", s.seed, "replace every case's seed with this one")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 62));
   app->add_option("--shard", s.shard,
                   "run shard I of N (0 <= I < N): case i of the selection goes to shard i % N; "
                   "default: GTEST_SHARD_INDEX / GTEST_TOTAL_SHARDS when both are set")

@@ -115,10 +115,10 @@ void store_state(const GatedDeltaRuleParams& p, const Lane& L, const float* S) {
 // Every product of the chunked form is C (+)= A B on small row-major fp32 blocks (at most
 // chunk x max(K, V) by max(K, V) x max(K, V)). They run through one register-blocked loop nest:
 // kRows rows of C by kCols columns kept in a local accumulator the compiler holds in vector
-// registers (16 of them for 4 x 64 floats with AVX-512), B streamed row by row, A broadcast. The
+// registers (24 of them for 6 x 64 floats with AVX-512), B streamed row by row, A broadcast. The
 // loops are plain C++; -O3 -march=native vectorizes and contracts them to FMAs.
 
-constexpr int64_t kRows = 4;
+constexpr int64_t kRows = 6;
 constexpr int64_t kCols = 64;
 
 // How C starts: overwritten (C's contents are never read), or c_scale * C.
@@ -163,37 +163,49 @@ void block_any(int64_t mr, int64_t nc, int64_t kd, const float* a, int64_t lda, 
     for (int64_t j = 0; j < nc; ++j) c[r * ldc + j] = acc[r][j];
 }
 
+// One block of MR full rows: the widest fixed-width column pieces that fit, then any remainder.
+template <int64_t MR>
+void row_block(int64_t nc, int64_t kd, const float* a, int64_t lda, const float* b, int64_t ldb,
+               float* c, int64_t ldc, Start start) {
+  for (int64_t j = 0; j < nc;) {
+    const int64_t left = nc - j;
+    if (left >= 64) {
+      block_fixed<MR, 64>(kd, a, lda, b + j, ldb, c + j, ldc, start);
+      j += 64;
+    } else if (left >= 32) {
+      block_fixed<MR, 32>(kd, a, lda, b + j, ldb, c + j, ldc, start);
+      j += 32;
+    } else if (left >= 16) {
+      block_fixed<MR, 16>(kd, a, lda, b + j, ldb, c + j, ldc, start);
+      j += 16;
+    } else {
+      block_any(MR, left, kd, a, lda, b + j, ldb, c + j, ldc, start);
+      j += left;
+    }
+  }
+}
+
 // C[m x n] = start(C) + A[m x kd] B[kd x n]. Column blocks outermost, so the kd x kCols panel of
-// B stays in L1 while every row block of A passes over it.
+// B stays in L1 while every row block of A passes over it. Rows go kRows at a time; a chunk of
+// 64 leaves 4, which get their own fixed-size path.
 void gemm(int64_t m, int64_t n, int64_t kd, const float* a, int64_t lda, const float* b,
           int64_t ldb, float* c, int64_t ldc, Start start) {
   for (int64_t j0 = 0; j0 < n; j0 += kCols) {
     const int64_t nc = std::min(kCols, n - j0);
-    for (int64_t r0 = 0; r0 < m; r0 += kRows) {
+    for (int64_t r0 = 0; r0 < m;) {
       const int64_t mr = std::min(kRows, m - r0);
       const float* ab = a + r0 * lda;
-      if (mr < kRows) {
-        block_any(mr, nc, kd, ab, lda, b + j0, ldb, c + r0 * ldc + j0, ldc, start);
-        continue;
-      }
-      // Full-height blocks: the widest fixed-width pieces that fit, then any remainder.
-      for (int64_t j = j0; j < j0 + nc;) {
-        const int64_t left = j0 + nc - j;
-        const float* bb = b + j;
-        float* cb = c + r0 * ldc + j;
-        if (left >= 64) {
-          block_fixed<kRows, 64>(kd, ab, lda, bb, ldb, cb, ldc, start);
-          j += 64;
-        } else if (left >= 32) {
-          block_fixed<kRows, 32>(kd, ab, lda, bb, ldb, cb, ldc, start);
-          j += 32;
-        } else if (left >= 16) {
-          block_fixed<kRows, 16>(kd, ab, lda, bb, ldb, cb, ldc, start);
-          j += 16;
-        } else {
-          block_any(kRows, left, kd, ab, lda, bb, ldb, cb, ldc, start);
-          j += left;
-        }
+      const float* bb = b + j0;
+      float* cb = c + r0 * ldc + j0;
+      if (mr == kRows) {
+        row_block<kRows>(nc, kd, ab, lda, bb, ldb, cb, ldc, start);
+        r0 += kRows;
+      } else if (mr >= 4) {
+        row_block<4>(nc, kd, ab, lda, bb, ldb, cb, ldc, start);
+        r0 += 4;
+      } else {
+        block_any(mr, nc, kd, ab, lda, bb, ldb, cb, ldc, start);
+        r0 += mr;
       }
     }
   }
@@ -274,7 +286,8 @@ void chunked_lane(const GatedDeltaRuleParams& p, const Lane& L, ChunkScratch& s)
     for (int64_t i = 0; i < K; ++i)
       for (int64_t t = 0; t < Cp; ++t) KT[i * Cp + t] = t < n ? Kc[t * K + i] : 0.0f;
 
-    // Gram matrices Q K^T and K K^T, lower triangle (row block r0 needs columns < r0 + kRows).
+    // Gram matrices Q K^T and K K^T over the full chunk width: only the lower triangle is used,
+    // but one 64-wide register block computes the whole row faster than triangular pieces.
     float* Aqk = s.aqk.data();
     float* Akk = s.akk.data();
     const int64_t next = c0 + n, next_n = std::min(C, L.length - next);  // the next chunk

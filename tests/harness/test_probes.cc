@@ -74,6 +74,36 @@ TEST(Probes, DroppedInitialStateFailsAloneAndSplit) {
   EXPECT_EQ(probe(ps, "split"), Verdict::kFail);      // and a continued prefill restarts at zero
 }
 
+TEST(Probes, WithoutBatchInvarianceTheProbesJudgeWithTolerance) {
+  // A leaky backend that does not claim batch invariance: alone/order/isolation fall back to
+  // judging each variation against the oracle, and still see the leak.
+  class Loose : public Backend {
+   public:
+    explicit Loose(std::string inner) : inner_(make_backend(inner)) {}
+    std::string name() const override { return "loose"; }
+    std::string description() const override { return "test"; }
+    bool batch_invariant(const cases::Case&) const override { return false; }
+    Support supports(const cases::Case& c) const override { return inner_->supports(c); }
+    Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
+      return inner_->run(c, in, out);
+    }
+
+   private:
+    std::unique_ptr<Backend> inner_;
+  };
+  const PreparedCase pc = prepare(cases::Case::parse("gdr(layout=packed[40,70,3],seed=4)"));
+  Loose leaky("wrong:ignore-cu-seqlens"), right("cpu");
+  cases::TensorMap out = allocate_outputs(pc.outputs);
+  ASSERT_TRUE(leaky.run(pc.c, pc.inputs, out).ok());
+  const auto bad = run_probes(pc, leaky, out);
+  EXPECT_EQ(probe(bad, "alone"), Verdict::kLeak);
+  EXPECT_EQ(probe(bad, "isolation"), Verdict::kLeak);
+  cases::TensorMap good_out = allocate_outputs(pc.outputs);
+  ASSERT_TRUE(right.run(pc.c, pc.inputs, good_out).ok());
+  for (const auto& p : run_probes(pc, right, good_out))
+    EXPECT_EQ(p.verdict, Verdict::kPass) << p.name << ": " << p.detail;
+}
+
 TEST(Probes, ANonDeterministicBackendFailsRepeat) {
   class Flaky : public Backend {
    public:

@@ -39,7 +39,7 @@ TEST(TorchBackend, IsListedWithTorchOp) {
 // passes; other ops are unsupported, with the reason.
 TEST(TorchBackend, PassesTheGateSuiteOnCpu) {
   auto backend = torch_backend("cpu");
-  const std::set<std::string> ops{"gdr", "mask", "layers", "segments"};
+  const std::set<std::string> ops{"gdr", "layer", "mask", "layers", "segments"};
   int passed = 0;
   for (const Case& c : cases::suite("gate")) {
     const Support s = backend->supports(c);
@@ -48,7 +48,9 @@ TEST(TorchBackend, PassesTheGateSuiteOnCpu) {
       continue;
     }
     ASSERT_TRUE(s.ok) << c.id() << ": " << s.reason;
-    const CaseResult r = run_case(prepare(c), *backend);
+    // Layer cases with the probes: the backend is not batch-invariant there, so they judge within
+    // tolerance.
+    const CaseResult r = run_case(prepare(c), *backend, c.op() == "layer");
     EXPECT_EQ(r.verdict, Verdict::kPass) << c.id() << ": " << r.message;
     EXPECT_LT(r.margin, 1.0) << c.id();
     passed += r.verdict == Verdict::kPass;

@@ -1,0 +1,120 @@
+"""The deltacheck external-program protocol, shared by the peer adapters (transformers_*.py,
+fla_gdr.py). The protocol itself is golden/README.md, "External programs":
+
+  {in}   an HDF5 file with one case group: attributes case_id, op, seed; params/ (one string
+         attribute per case-id parameter); inputs/<name> (bf16/fp16 as uint16 bit patterns with
+         attribute dtype); outputs/<name> (attributes dtype and shape of each output to produce).
+  {out}  one root dataset per output, with that shape and dtype (fp32 -> float32, bf16/fp16 ->
+         uint16 bits with attribute dtype); or a root attribute "unsupported" with the reason.
+
+Every adapter also writes root attributes naming what ran: "implementation" (the function's
+qualified name, and how it was reached) and "versions" (the packages it came from). deltacheck
+ignores them; they are there for whoever opens {out} (a failure dump keeps the case, and
+`--describe` prints the same facts without a case).
+
+Needs only numpy and h5py; torch is imported by the adapters that use it.
+"""
+import json
+import sys
+
+import h5py
+import numpy as np
+
+
+class Case:
+    """One case read from {in}: id, op, params (strings), inputs (numpy arrays: bf16 decoded to
+    float32, fp16 as float16, the rest as stored) with their dtype names, and the outputs to
+    produce as {name: (dtype, shape)}."""
+
+    def __init__(self, path=None, group=None):
+        if group is None:
+            with h5py.File(path, "r") as f:
+                (group,) = f.values()  # exactly one case per {in} file
+                self.__init__(group=group)
+            return
+        # A case group of {in}, or of a golden fixture file (whose expected/ is not read).
+        self.case_id = str(group.attrs["case_id"])
+        self.op = str(group.attrs["op"])
+        self.params = {k: str(v) for k, v in group["params"].attrs.items()}
+        self.inputs, self.dtypes = {}, {}
+        for name, ds in group["inputs"].items():
+            self.inputs[name], self.dtypes[name] = decode(ds)
+        self.outputs = {name: (str(s.attrs["dtype"]), tuple(int(n) for n in s.attrs["shape"]))
+                        for name, s in group["outputs"].items()}
+
+    def param(self, key, default=None):
+        return self.params.get(key, default)
+
+    def int_param(self, key, default=0):
+        return int(self.params.get(key, default))
+
+
+def decode(ds):
+    """A dataset as (array, dtype name): bf16 as float32 (exact), fp16 as float16."""
+    a = ds[()]
+    dtype = str(ds.attrs.get("dtype", ""))
+    if dtype == "bf16":
+        return (a.astype(np.uint32) << 16).view(np.float32), dtype
+    if dtype == "fp16":
+        return a.view(np.float16), dtype
+    return a, dtype
+
+
+def encode(x, dtype):
+    """Values as the {out} file holds them for `dtype`; floats rounded once, to nearest even."""
+    x = np.asarray(x)
+    if dtype == "fp32":
+        return x.astype(np.float32)
+    if dtype == "fp64":
+        return x.astype(np.float64)
+    if dtype == "fp16":
+        return x.astype(np.float16).view(np.uint16)
+    if dtype == "bf16":
+        u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    if dtype in ("int32", "int64", "uint8"):
+        return x.astype({"int32": np.int32, "int64": np.int64, "uint8": np.uint8}[dtype])
+    raise ValueError(f"no encoding for dtype {dtype}")
+
+
+def _attrs(f, facts):
+    for key, value in (facts or {}).items():
+        f.attrs[key] = value if isinstance(value, str) else json.dumps(value)
+
+
+def write_outputs(path, case, values, facts=None):
+    """Writes every output the case asks for from `values` (name -> array of the right size)."""
+    with h5py.File(path, "w") as f:
+        _attrs(f, facts)
+        for name, (dtype, shape) in case.outputs.items():
+            data = np.asarray(values[name]).reshape(shape)
+            ds = f.create_dataset(name, data=encode(data, dtype))
+            if dtype in ("bf16", "fp16"):
+                ds.attrs["dtype"] = dtype
+
+
+def decline(path, reason, facts=None):
+    """Declines the case: verdict unsupported with `reason`."""
+    with h5py.File(path, "w") as f:
+        _attrs(f, facts)
+        f.attrs["unsupported"] = reason
+
+
+def describe(facts):
+    """--describe: the implementation facts as one JSON line on stdout."""
+    print(json.dumps(facts, sort_keys=True))
+    return 0
+
+
+def package_version(name):
+    try:
+        from importlib.metadata import version
+        return version(name)
+    except Exception:  # not installed, or no metadata
+        return None
+
+
+def fail(message):
+    """An adapter-side error: exit code 1 with one line on stderr (deltacheck shows it)."""
+    print(message, file=sys.stderr)
+    sys.exit(1)

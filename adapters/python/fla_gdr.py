@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""deltacheck peer adapter: flash-linear-attention's (FLA) gated delta rule on deltacheck's gdr
+cases, through the external backend:
+
+    build/deltacheck run --case 'gdr(layout=packed[63,0,65],...)' --backend external \
+        --cmd "$VENV/bin/python adapters/python/fla_gdr.py --fn naive-chunk {in} {out}"
+
+What runs (`--fn`), each called directly as a function object (never through a dispatcher):
+  naive-recurrent  fla.ops.gated_delta_rule.naive.naive_recurrent_gated_delta_rule  (CPU)
+  naive-chunk      fla.ops.gated_delta_rule.naive.naive_chunk_gated_delta_rule      (CPU)
+  chunk            fla.ops.gated_delta_rule.chunk_gated_delta_rule            (Triton, GPU)
+  fused-recurrent  fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule  (Triton, GPU)
+The Triton kernels run on CUDA tensors only: without a usable GPU every case is declined
+("unsupported: no GPU ..."). {out} records the function, its file and the versions (attributes
+"implementation", "versions").
+
+Conventions, and what the adapter converts (DESIGN.md is the contract):
+  Triton kernels: DESIGN.md's conventions are FLA's own. q, k [B,T,H,K], v [B,T,HV,V], g and
+    beta [B,T,HV], GVA value head i -> q/k head i // (HV/H), scale K^-0.5 (scale=None),
+    use_qk_l2norm_in_kernel = the case's l2, cu_seqlens (int64) for packed layouts,
+    initial_state / final_state [N,HV,K,V] fp32. Inputs go to the GPU as they are; no conversion.
+  Naive references: plain PyTorch in fp32, one batch row per sequence, none of the kernel
+    features, so the adapter supplies them, outside the function:
+    - varlen: no cu_seqlens argument; each packed sequence is called alone (B = 1) with its own
+      initial state, as FLA's own tests compare the varlen kernels with the naive functions;
+      zero-length sequences are not called (their final state is their initial state);
+    - GVA: v has as many heads as q/k; q and k are repeat_interleave'd to HV heads (blocked);
+    - L2 norm: none inside; with l2=1 the adapter normalizes q and k in fp32,
+      x / sqrt(sum x^2 + 1e-6) (DESIGN.md's and FLA's l2norm);
+    - argument order differs between the two (naive_recurrent: q, k, v, beta, g); passed by name;
+    - outputs come back in fp32 and are rounded once to the case's dtype when written.
+  Not supported (declined): cache=pool / spec (states addressed through slot indices: none of
+  these functions takes slots), ops other than gdr.
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dc_protocol as dc  # noqa: E402
+
+FUNCTIONS = {
+    "naive-recurrent": ("fla.ops.gated_delta_rule.naive", "naive_recurrent_gated_delta_rule"),
+    "naive-chunk": ("fla.ops.gated_delta_rule.naive", "naive_chunk_gated_delta_rule"),
+    "chunk": ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule"),
+    "fused-recurrent": ("fla.ops.gated_delta_rule", "fused_recurrent_gated_delta_rule"),
+}
+GPU_ONLY = ("chunk", "fused-recurrent")
+
+
+def resolve(which):
+    """(function, facts) or (None, reason)."""
+    import importlib
+    import inspect
+    import warnings
+    try:
+        import torch
+    except Exception as e:
+        return None, f"torch not importable: {type(e).__name__}: {e}"
+    versions = {"torch": torch.__version__}
+    for dist in ("flash-linear-attention", "fla-core", "triton"):
+        if dc.package_version(dist):
+            versions[dist] = dc.package_version(dist)
+    if which in GPU_ONLY and not torch.cuda.is_available():
+        return None, (f"no GPU: FLA's {FUNCTIONS[which][1]} is a Triton GPU kernel and "
+                      f"torch.cuda.is_available() is False (torch {torch.__version__}, built for "
+                      f"CUDA {torch.version.cuda})")
+    module_name, name = FUNCTIONS[which]
+    try:
+        with warnings.catch_warnings():  # FLA warns on import when Triton has no GPU
+            warnings.simplefilter("ignore")
+            module = importlib.import_module(module_name)
+    except Exception as e:
+        return None, (f"{module_name} not importable (flash-linear-attention "
+                      f"{versions.get('flash-linear-attention', 'not installed')}): "
+                      f"{type(e).__name__}: {e}")
+    fn = getattr(module, name, None)
+    if fn is None:
+        return None, f"{module_name} has no {name}"
+    fn = inspect.unwrap(fn)
+    facts = {"implementation": f"{fn.__module__}.{fn.__qualname__} "
+                               f"({inspect.getsourcefile(fn)})",
+             "versions": versions}
+    return fn, facts
+
+
+def tensor(case, name, torch):
+    import numpy as np
+    a, dtype = case.inputs[name], case.dtypes[name]
+    t = torch.from_numpy(np.ascontiguousarray(a))
+    return t.to({"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, t.dtype))
+
+
+def l2norm(x):
+    return x / (x * x).sum(-1, keepdim=True).add(1e-6).sqrt()
+
+
+def run_naive(case, fn, which):
+    import torch
+    q, k, v, g, beta = (tensor(case, n, torch) for n in ("q", "k", "v", "g", "beta"))
+    s0 = tensor(case, "initial_state", torch) if "initial_state" in case.inputs else None
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    q, k = q.float(), k.float()
+    if case.param("l2", "1") == "1":
+        q, k = l2norm(q), l2norm(k)
+    if HV != H:  # GVA: value head i uses q/k head i // (HV / H)
+        q, k = (x.repeat_interleave(HV // H, dim=2) for x in (q, k))
+    if "cu_seqlens" in case.inputs:
+        cu = [int(c) for c in case.inputs["cu_seqlens"]]
+        seqs = [(0, cu[i], cu[i + 1]) for i in range(len(cu) - 1)]
+    else:
+        seqs = [(b, 0, T) for b in range(B)]
+    o = torch.zeros(B, T, HV, V)
+    finals = []
+    for i, (b, lo, hi) in enumerate(seqs):
+        state = s0[i:i + 1].float() if s0 is not None else None
+        if hi == lo:
+            finals.append(state[0] if state is not None else torch.zeros(HV, K, V))
+            continue
+        sl = lambda x: x[b:b + 1, lo:hi]  # noqa: E731
+        oi, si = fn(q=sl(q), k=sl(k), v=sl(v), g=sl(g), beta=sl(beta), scale=K ** -0.5,
+                    initial_state=state, output_final_state=True)
+        o[b, lo:hi] = oi[0].float()
+        finals.append(si[0].float())
+    return {"o": o, "final_state": torch.stack(finals)}
+
+
+def run_kernel(case, fn):
+    import torch
+    dev = torch.device("cuda")
+    q, k, v, g, beta = (tensor(case, n, torch).to(dev) for n in ("q", "k", "v", "g", "beta"))
+    s0 = tensor(case, "initial_state", torch).to(dev) if "initial_state" in case.inputs else None
+    cu = None
+    if "cu_seqlens" in case.inputs:
+        cu = torch.from_numpy(case.inputs["cu_seqlens"].astype("int64")).to(dev)
+    o, s = fn(q=q, k=k, v=v, g=g, beta=beta, scale=None, initial_state=s0,
+              output_final_state="final_state" in case.outputs,
+              use_qk_l2norm_in_kernel=case.param("l2", "1") == "1", cu_seqlens=cu)
+    torch.cuda.synchronize()
+    return {"o": o, "final_state": s}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("inp", nargs="?", help="{in}: the case (HDF5)")
+    ap.add_argument("out", nargs="?", help="{out}: the outputs to write (HDF5)")
+    ap.add_argument("--fn", choices=sorted(FUNCTIONS), default="naive-chunk",
+                    help="which FLA function runs (naive-* on CPU; chunk, fused-recurrent on GPU)")
+    ap.add_argument("--describe", action="store_true",
+                    help="print what would run, as JSON, and exit")
+    args = ap.parse_args()
+    if args.describe:
+        fn, facts = resolve(args.fn)
+        return dc.describe(facts if fn else {"unavailable": facts})
+    if not args.inp or not args.out:
+        ap.error("{in} and {out} are required")
+    case = dc.Case(args.inp)
+    if case.op != "gdr":
+        dc.decline(args.out, f"fla_gdr.py implements the op gdr only, not {case.op}")
+        return 0
+    if case.param("cache") in ("pool", "spec"):
+        dc.decline(args.out, f"cache={case.param('cache')}: states addressed through slot "
+                             "indices; FLA's functions take one state per sequence, no slots")
+        return 0
+    fn, facts = resolve(args.fn)
+    if fn is None:
+        dc.decline(args.out, facts)
+        return 0
+    import torch
+    torch.set_num_threads(int(os.environ.get("DELTACHECK_PEER_THREADS", "1")))
+    with torch.no_grad():
+        values = (run_kernel(case, fn) if args.fn in GPU_ONLY else
+                  run_naive(case, fn, args.fn))
+    out = {name: t.detach().double().cpu().numpy() for name, t in values.items()
+           if t is not None}
+    missing = [name for name in case.outputs if name not in out]
+    if missing:
+        dc.fail(f"{facts['implementation']} returned no {', '.join(missing)}")
+    dc.write_outputs(args.out, case, out, facts)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+// FunctionBackend and access to deltacheck's own backends (include/deltacheck/backend.h).
+#include "deltacheck/backend.h"
+
+namespace deltacheck {
+
+FunctionBackend::FunctionBackend(std::string name, RunFunction run, SupportFunction supports)
+    : name_(std::move(name)),
+      description_("function backend"),
+      run_(std::move(run)),
+      supports_(std::move(supports)) {}
+
+FunctionBackend& FunctionBackend::set_description(std::string description) {
+  description_ = std::move(description);
+  return *this;
+}
+
+FunctionBackend& FunctionBackend::set_deterministic(bool deterministic) {
+  deterministic_ = deterministic;
+  return *this;
+}
+
+Support FunctionBackend::supports(const Case& c) const {
+  return supports_ ? supports_(c) : Support::Yes();
+}
+
+Status FunctionBackend::run(const Case& c, const TensorMap& inputs, TensorMap& outputs) {
+  if (!run_) return Status::Internal(name_ + ": no run function");
+  return run_(c, inputs, outputs);
+}
+
+std::vector<BackendInfo> list_backends() { return harness::list_backends(); }
+
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options) {
+  return harness::make_backend(name, options);
+}
+
+}  // namespace deltacheck

@@ -1,0 +1,73 @@
+// gdr cases as raw-buffer kernel calls, and backends made of one kernel function
+// (include/deltacheck/gdr.h). The mapping is the one deltacheck's own CPU backend uses
+// (harness/gdr_problem.h), so a user's kernel sees exactly the buffers deltacheck's kernels see.
+#include "deltacheck/gdr.h"
+
+#include <cmath>
+
+#include "harness/gdr_problem.h"
+
+namespace deltacheck {
+
+GdrCall gdr_problem(const Case& c, const TensorMap& inputs, TensorMap& outputs) {
+  GdrCall call;
+  if (c.op() != "gdr") {
+    call.status = Status::InvalidArgument("not a gdr case: " + c.id());
+    return call;
+  }
+  const std::string cache = c.get("cache");
+  if (cache == "pool" || cache == "spec") {
+    call.status = Status::Unsupported(
+        "cache=" + cache +
+        " keeps states in a slot-addressed pool, which a GdrProblem does not carry");
+    return call;
+  }
+  const kernels::cpu::GatedDeltaRuleParams k = harness::gdr_params(c, inputs, outputs);
+  GdrProblem& p = call.problem;
+  p.batch = k.batch;
+  p.seq_len = k.seq_len;
+  p.num_heads = k.num_heads;
+  p.num_value_heads = k.num_value_heads;
+  p.key_dim = k.key_dim;
+  p.value_dim = k.value_dim;
+  p.dtype = cases::dtype_from_scalar(k.dtype);
+  p.q = k.q;
+  p.k = k.k;
+  p.v = k.v;
+  p.g = k.g;
+  p.beta = k.beta;
+  p.cu_seqlens = k.cu_seqlens;
+  p.num_seqs = k.cu_seqlens ? k.num_seqs : k.batch;
+  p.initial_state = k.initial_state;
+  p.o = k.o;
+  p.final_state = k.final_state;
+  p.scale = k.scale > 0.0f ? k.scale : 1.0f / std::sqrt(static_cast<float>(k.key_dim));
+  p.use_qk_l2norm = k.use_qk_l2norm;
+  return call;
+}
+
+std::unique_ptr<FunctionBackend> gdr_backend(std::string name, GdrFunction kernel,
+                                             GdrBackendOptions options) {
+  auto supports = [name, dtypes = options.dtypes](const Case& c) -> Support {
+    if (c.op() != "gdr") return Support::No(name + " runs the gdr op only");
+    const std::string cache = c.get("cache");
+    if (cache == "pool" || cache == "spec")
+      return Support::No("cache=" + cache + ": state pools are not part of a GdrProblem");
+    const std::string dtype = c.get("dtype");
+    for (DType t : dtypes)
+      if (dtype == cases::dtype_name(t)) return Support::Yes();
+    return Support::No(name + " does not take dtype " + dtype);
+  };
+  auto run = [kernel = std::move(kernel)](const Case& c, const TensorMap& inputs,
+                                          TensorMap& outputs) -> Status {
+    const GdrCall call = gdr_problem(c, inputs, outputs);
+    if (!call.status.ok()) return call.status;
+    return kernel(call.problem);
+  };
+  auto backend =
+      std::make_unique<FunctionBackend>(std::move(name), std::move(run), std::move(supports));
+  backend->set_description(options.description).set_deterministic(options.deterministic);
+  return backend;
+}
+
+}  // namespace deltacheck

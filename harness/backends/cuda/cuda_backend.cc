@@ -1,0 +1,119 @@
+// Backend "cuda": the kernels of kernels/cuda behind the Backend interface. What it supports is
+// decided in two steps: a usable device (checked once, on first use: listing the backends must
+// not initialize CUDA), then whether kernels/cuda has a kernel for the case (cuda_kernels_support,
+// from the case alone, asking the kernels' own can_implement where there is one).
+#include "harness/backends/cuda/cuda_backend.h"
+
+#include <mutex>
+#include <string>
+
+#include "cases/case.h"
+#include "harness/gdr_problem.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/gated_delta_rule.h"
+
+namespace deltacheck::harness {
+namespace {
+
+// gdr: every cache mode. chunked and dynamic reach run() as the prefill and decode calls the
+// harness drives (harness/call_plan.h); the shapes must suit the kernels.
+Support gdr_support(const cases::Case& c) {
+  const std::string cache = c.get("cache");
+  bool known = false;
+  for (const char* m : {"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec"})
+    known = known || cache == m;
+  if (!known) return Support::No("cuda backend: gdr cache mode '" + cache + "' not implemented");
+  const GdrDims d = gdr_dims(c);
+  // The kernels' own host-side check, on placeholder pointers (it reads only shapes, dtype and
+  // which pointers are set).
+  static const char placeholder = 0;
+  kernels::cuda::GatedDeltaRuleParams p;
+  p.batch = d.B;
+  p.seq_len = d.T;
+  p.num_heads = d.H;
+  p.num_value_heads = d.HV;
+  p.key_dim = d.K;
+  p.value_dim = d.V;
+  p.dtype = cases::scalar_from_dtype(d.dtype);
+  p.q = p.k = p.v = p.beta = &placeholder;
+  p.g = reinterpret_cast<const float*>(&placeholder);
+  p.o = const_cast<char*>(&placeholder);
+  if (d.layout.has_cu_seqlens()) {
+    p.cu_seqlens = reinterpret_cast<const int64_t*>(&placeholder);
+    p.num_seqs = d.N;
+  }
+  const Status st = kernels::cuda::gated_delta_rule_can_implement(p);
+  if (!st.ok()) return Support::No("kernels/cuda: " + st.message());
+  return Support::Yes();
+}
+
+Support mask_support(const cases::Case& c) {
+  if (c.op() == "mask") {
+    if (c.get("format") == "bool") return Support::Yes();
+    return Support::No("kernels/cuda builds boolean masks only (format=" + c.get("format") + ")");
+  }
+  if (c.op() == "segments") {
+    if (c.get("source") == "position") return Support::Yes();
+    return Support::No(
+        "kernels/cuda derives segments from position_ids only (source=" + c.get("source") + ")");
+  }
+  return Support::No("kernels/cuda has no per-layer-type mask builder (op '" + c.op() + "')");
+}
+
+class CudaBackend : public Backend {
+ public:
+  std::string name() const override { return "cuda"; }
+  std::string description() const override {
+    return "CUDA kernels (kernels/cuda): chunked gated delta rule (prefill, pool), recurrent "
+           "decode (decode, spec), boolean masks, segments from position_ids";
+  }
+
+  Support supports(const cases::Case& c) const override {
+    if (const Status& device = device_status(); !device.ok()) return Support::No(device.message());
+    return cuda_kernels_support(c);
+  }
+
+  Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
+    if (const Status& device = device_status(); !device.ok()) return device;
+    if (const Support s = cuda_kernels_support(c); !s.ok) return Status::Unsupported(s.reason);
+    if (c.op() == "gdr") return run_cuda_gdr_case(c, in, out);
+    return run_cuda_mask_case(c, in, out);
+  }
+
+ private:
+  // Unsupported("no CUDA device: <why>") where there is none; asked once, on first use.
+  const Status& device_status() const {
+    std::call_once(device_once_, [&] { device_ = kernels::cuda::cuda_device_available(); });
+    return device_;
+  }
+
+  mutable std::once_flag device_once_;
+  mutable Status device_;
+};
+
+}  // namespace
+
+Support cuda_kernels_support(const cases::Case& c) {
+  if (c.op() == "gdr") return gdr_support(c);
+  if (c.op() == "mask" || c.op() == "segments" || c.op() == "layers") return mask_support(c);
+  if (c.op() == "layer")
+    return Support::No(
+        "kernels/cuda has no gates or output norm kernels for the layer op (only the rule and the "
+        "conv)");
+  return Support::No("cuda backend has no kernel for op '" + c.op() + "'");
+}
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+void register_cuda_backends() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    register_backend_factory([](const BackendOptions&) {
+      std::vector<std::unique_ptr<Backend>> v;
+      v.push_back(make_cuda_backend());
+      return v;
+    });
+  });
+}
+
+}  // namespace deltacheck::harness

@@ -1,0 +1,130 @@
+// The cuda backend's gdr cases: prefill (cache none / prefill, and the prefill calls the harness
+// drives for chunked and dynamic) through the chunked kernel; one-token decode (cache=decode, and
+// the decode steps of dynamic) through recurrent_decode; pool in place on a device copy of the
+// state pool through the chunked kernel with slot indices; spec (multi-token decode) through
+// recurrent_decode with a state per token. The same mapping as the cpu backend (cpu_gdr.cc), on
+// device buffers.
+#include <string>
+
+#include "harness/backends/cuda/cuda_backend.h"
+#include "harness/backends/cuda/device_tensors.h"
+#include "harness/gdr_problem.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/gated_delta_rule.h"
+
+namespace deltacheck::harness {
+namespace {
+
+using cuda_backend::DeviceTensor;
+using cuda_backend::DeviceTensors;
+using kernels::cuda::cuda_status;
+namespace kc = kernels::cuda;
+
+// Kernel parameters pointing into the device mirrors of the case's inputs and outputs.
+kc::GatedDeltaRuleParams device_params(const GdrDims& d, const DeviceTensors& in,
+                                       const DeviceTensors& out) {
+  kc::GatedDeltaRuleParams p;
+  p.batch = d.B;
+  p.seq_len = d.T;
+  p.num_heads = d.H;
+  p.num_value_heads = d.HV;
+  p.key_dim = d.K;
+  p.value_dim = d.V;
+  p.dtype = cases::scalar_from_dtype(d.dtype);
+  p.q = in.at("q").data();
+  p.k = in.at("k").data();
+  p.v = in.at("v").data();
+  p.g = in.at("g").as<float>();
+  p.beta = in.at("beta").data();
+  p.o = out.at("o").data();
+  if (const DeviceTensor* cu = in.find("cu_seqlens")) {
+    p.cu_seqlens = cu->as<int64_t>();
+    p.num_seqs = d.N;
+  }
+  if (const DeviceTensor* s0 = in.find("initial_state")) p.initial_state = s0->as<float>();
+  if (const DeviceTensor* fs = out.find("final_state")) p.final_state = fs->as<float>();
+  if (const DeviceTensor* slots = in.find("state_slots")) {
+    p.state_slots = slots->as<int32_t>();
+    p.num_state_rows = d.N;  // replaced by the pool's rows below
+  }
+  p.use_qk_l2norm = d.l2;
+  return p;
+}
+
+kc::RecurrentDecodeParams decode_params(const kc::GatedDeltaRuleParams& g, int64_t tokens) {
+  kc::RecurrentDecodeParams p;
+  p.num_seqs = g.batch * g.seq_len / tokens;
+  p.tokens_per_seq = tokens;
+  p.num_heads = g.num_heads;
+  p.num_value_heads = g.num_value_heads;
+  p.key_dim = g.key_dim;
+  p.value_dim = g.value_dim;
+  p.dtype = g.dtype;
+  p.q = g.q, p.k = g.k, p.v = g.v, p.g = g.g, p.beta = g.beta, p.o = g.o;
+  p.use_qk_l2norm = g.use_qk_l2norm;
+  return p;
+}
+
+// Queues the kernels of the case on `stream` (the outputs' mirrors already hold the runner's
+// poisoned buffers).
+Status launch(const cases::Case& c, const GdrDims& d, const DeviceTensors& in,
+              const DeviceTensors& out, cudaStream_t stream) {
+  const std::string cache = c.get("cache");
+  kc::GatedDeltaRuleParams p = device_params(d, in, out);
+  if (cache == "pool" || cache == "spec") {
+    // In place on the output pool, which starts as a copy of the input pool.
+    const DeviceTensor& pool_in = in.at("state_pool");
+    const DeviceTensor& pool = out.at("state_pool");
+    if (Status st = cuda_status(cudaMemcpyAsync(pool.data(), pool_in.data(), pool.nbytes(),
+                                                cudaMemcpyDeviceToDevice, stream),
+                                "copy of the state pool");
+        !st.ok())
+      return st;
+    p.initial_state = pool.as<float>();
+    p.final_state = pool.as<float>();
+    p.num_state_rows = static_cast<int64_t>(pool.nbytes() / sizeof(float)) / (d.HV * d.K * d.V);
+    if (Status st = kc::validate_sequence_layout(p, stream); !st.ok()) return st;
+    if (cache == "pool") return kc::chunked_gated_delta_rule(p, stream);
+    kc::RecurrentDecodeParams r = decode_params(p, d.T);
+    r.state = pool.as<float>();
+    r.state_slots = p.state_slots;
+    r.num_state_rows = p.num_state_rows;
+    r.token_states = out.at("token_states").as<float>();
+    return kc::recurrent_decode(r, stream);
+  }
+  if (Status st = kc::validate_sequence_layout(p, stream); !st.ok()) return st;
+  if (cache == "decode") {
+    // The decode kernel updates a state in place: the final state, starting as the initial one.
+    const DeviceTensor& state = out.at("final_state");
+    const cudaError_t err = p.initial_state
+                                ? cudaMemcpyAsync(state.data(), p.initial_state, state.nbytes(),
+                                                  cudaMemcpyDeviceToDevice, stream)
+                                : cudaMemsetAsync(state.data(), 0, state.nbytes(), stream);
+    if (Status st = cuda_status(err, "initialization of the decode state"); !st.ok()) return st;
+    kc::RecurrentDecodeParams r = decode_params(p, 1);
+    r.state = state.as<float>();
+    return kc::recurrent_decode(r, stream);
+  }
+  return kc::chunked_gated_delta_rule(p, stream);
+}
+
+}  // namespace
+
+Status run_cuda_gdr_case(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) {
+  const GdrDims d = gdr_dims(c);
+  cuda_backend::Stream stream;
+  if (Status st = stream.create(); !st.ok()) return st;
+  DeviceTensors din, dout;
+  if (Status st = din.upload(in, stream.get()); !st.ok()) return st;
+  if (Status st = dout.upload(out, stream.get()); !st.ok()) return st;
+  Status launched = launch(c, d, din, dout, stream.get());
+  // Whatever happened, wait for the queued work before the buffers are freed; a kernel's
+  // asynchronous failure surfaces in the synchronization.
+  Status synced = stream.synchronize();
+  if (!launched.ok()) return launched;
+  if (!synced.ok()) return synced;
+  if (Status st = dout.download(out, stream.get()); !st.ok()) return st;
+  return stream.synchronize();
+}
+
+}  // namespace deltacheck::harness

@@ -1,0 +1,75 @@
+// Backends: the implementations deltacheck judges. To check your kernel, either implement Backend
+// (one class: name, description, supports, run) or wrap one function in a FunctionBackend — for
+// the gated delta rule on raw buffers, gdr_backend() in deltacheck/gdr.h does the unpacking.
+// A backend says whether it can run a case before it runs it, and runs it from the case's inputs
+// into outputs deltacheck allocated (poisoned with NaN, with guard bands on both sides, so
+// unwritten elements and out-of-bounds writes are caught). Errors come back as a Status; a
+// backend that throws gets the verdict error.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deltacheck/case.h"
+#include "harness/backend.h"
+#include "kernels/common/status.h"
+
+namespace deltacheck {
+
+// The interface (harness/backend.h):
+//   std::string name() const;                 // shown in every result row, e.g. "my-kernel"
+//   std::string description() const;
+//   Support supports(const Case& c) const;    // Support::Yes() or Support::No("why")
+//   Status run(const Case& c, const TensorMap& inputs, TensorMap& outputs);
+//   bool deterministic() const;               // default true: same inputs, same bits
+//   bool deliberately_wrong() const;          // default false
+// run() writes every tensor of `outputs`; the names, shapes and dtypes are fixed by the
+// operation (DESIGN.md; for gdr see deltacheck/gdr.h). Cases of multi-call cache modes
+// (chunked prefill, dynamic decode) are driven by deltacheck as several run() calls, each with
+// cache=prefill or cache=decode, carrying the states the backend returned.
+using Backend = harness::Backend;
+using Support = harness::Support;
+// Status (deltacheck::Status, kernels/common/status.h): Status::Ok(), InvalidArgument(msg),
+// Unsupported(msg) (verdict unsupported), Internal(msg) (verdict error).
+
+// run() and supports() of a FunctionBackend.
+using RunFunction =
+    std::function<Status(const Case& c, const TensorMap& inputs, TensorMap& outputs)>;
+using SupportFunction = std::function<Support(const Case& c)>;
+
+// A backend made of functions: run, and optionally supports (default: every case).
+class FunctionBackend : public Backend {
+ public:
+  FunctionBackend(std::string name, RunFunction run, SupportFunction supports = nullptr);
+  // Optional settings, chainable.
+  FunctionBackend& set_description(std::string description);
+  // Say false for kernels that may differ bit-wise between identical runs (atomics); the
+  // repeat probe then tolerates it.
+  FunctionBackend& set_deterministic(bool deterministic);
+
+  std::string name() const override { return name_; }
+  std::string description() const override { return description_; }
+  bool deterministic() const override { return deterministic_; }
+  Support supports(const Case& c) const override;
+  Status run(const Case& c, const TensorMap& inputs, TensorMap& outputs) override;
+
+ private:
+  std::string name_, description_;
+  RunFunction run_;
+  SupportFunction supports_;
+  bool deterministic_ = true;
+};
+
+// deltacheck's own backends, for comparison or as a known-good / known-bad reference in your
+// tests: "cpu" (the project's chunked CPU kernel), the deliberately wrong "wrong:*" ones
+// (e.g. "wrong:ignore-cu-seqlens", which leaks), "external" (a program; BackendOptions::cmd) and,
+// with the torch component, "torch" and "torch-op".
+using BackendOptions = harness::BackendOptions;
+using BackendInfo = harness::BackendInfo;
+std::vector<BackendInfo> list_backends();
+// Throws std::invalid_argument naming the unknown backend and the known ones.
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options = {});
+
+}  // namespace deltacheck
