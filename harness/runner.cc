@@ -150,6 +150,14 @@ PreparedCase prepare(const cases::Case& c, const cases::GenOptions& options) {
   PreparedCase pc{c, cases::generate_inputs(c, options), {}, {}, op.outputs(c)};
   pc.expected = op.oracle(c, pc.inputs);
   pc.baseline = op.baseline(c, pc.inputs);
+  if (!op.exact(c))
+    for (const OutputSpec& spec : pc.outputs) {
+      const std::vector<double>& e = pc.expected.at(spec.name);
+      const std::vector<double>& b = pc.baseline.at(spec.name);
+      std::vector<Metrics>& m = pc.baseline_metrics[spec.name];
+      m.push_back(measure(b, e, 0, static_cast<int64_t>(e.size())));
+      for (const SeqSlice& s : op.slices(c, spec.name)) m.push_back(measure(b, e, s.begin, s.end));
+    }
   return pc;
 }
 
@@ -206,8 +214,11 @@ CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
     tr.name = spec.name;
     tr.dtype = cases::dtype_name(spec.dtype);
     const int64_t numel = static_cast<int64_t>(actual.size());
+    const auto cached = pc.baseline_metrics.find(spec.name);
+    const std::vector<Metrics>* base_m =
+        cached == pc.baseline_metrics.end() ? nullptr : &cached->second;
     tr.metrics = measure(actual, expected, 0, numel);
-    tr.baseline = measure(base, expected, 0, numel);
+    tr.baseline = base_m ? (*base_m)[0] : measure(base, expected, 0, numel);
     tr.threshold =
         threshold(spec.precision.value_or(spec.dtype), tr.baseline.rel_rms, tr.baseline.max_abs,
                   tr.metrics.ref_max_abs, spec.ceiling_factor);
@@ -215,7 +226,9 @@ CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
     if (tr.metrics.max_abs > tr.threshold.resolution)
       r.margin = std::max({r.margin, tr.metrics.rel_rms / tr.threshold.rel_rms,
                            tr.metrics.max_abs / tr.threshold.max_abs});
-    for (const SeqSlice& s : op.slices(pc.c, spec.name)) {
+    const std::vector<SeqSlice> slices = op.slices(pc.c, spec.name);
+    for (size_t si = 0; si < slices.size(); ++si) {
+      const SeqSlice& s = slices[si];
       SeqReport sr;
       sr.seq = s.seq;
       sr.length = r.seq_lengths[s.seq];
@@ -226,7 +239,9 @@ CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
       // A sequence spanning the whole tensor has the tensor's metrics (no second pass).
       const bool whole = s.begin == 0 && s.end == numel;
       sr.metrics = whole ? tr.metrics : measure(actual, expected, s.begin, s.end);
-      const Metrics b = whole ? tr.baseline : measure(base, expected, s.begin, s.end);
+      const Metrics b = whole    ? tr.baseline
+                        : base_m ? (*base_m)[si + 1]
+                                 : measure(base, expected, s.begin, s.end);
       sr.threshold = threshold(spec.precision.value_or(spec.dtype), b.rel_rms, b.max_abs,
                                sr.metrics.ref_max_abs, spec.ceiling_factor);
       // A sequence may be as far off, relatively, as the tensor as a whole: a short sequence's
@@ -244,8 +259,9 @@ CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
                              sr.metrics.max_abs / sr.threshold.max_abs});
       tr.seqs.push_back(sr);
     }
-    if (spec.name == "o" || (tr.token_error.empty() && !tr.seqs.empty())) {
-      const auto sl = op.slices(pc.c, spec.name);
+    // Token errors feed the failure plots: computed for tensors that failed only.
+    if (!tr.ok && (spec.name == "o" || !tr.seqs.empty())) {
+      const auto& sl = slices;
       if (!sl.empty() && sl.front().per_token > 0)
         tr.token_error = token_errors(actual, expected, 0, numel, sl.front().per_token);
       // Per head too where the output is [B, T, heads, D] and wrong (the report plots it).

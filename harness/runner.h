@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "cases/tensor.h"
 #include "harness/backend.h"
 #include "harness/operation.h"
+#include "harness/compare.h"
 #include "harness/result.h"
 
 namespace deltacheck::harness {
@@ -22,6 +24,10 @@ struct PreparedCase {
   Values expected;
   Values baseline;
   std::vector<OutputSpec> outputs;
+  // The baseline's own errors, per output: [0] the whole tensor, then one per SeqSlice in the
+  // operation's order. Filled by prepare() so judging several backends (and probes) measures the
+  // baseline once; judge() computes them when absent.
+  std::map<std::string, std::vector<Metrics>> baseline_metrics = {};
 };
 
 // Generates inputs and computes the oracle and baseline. Throws on invalid cases. `salts`

@@ -31,6 +31,8 @@ if ((${#missing[@]})); then
 fi
 
 BUILD_DIR="${BUILD_DIR:-build}"
+# ccache keys on paths relative to the checkout, so a fresh clone elsewhere (CI) still hits.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${DELTACHECK_CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)"
 echo "deltacheck setup: built $BUILD_DIR/deltacheck"
