@@ -14,6 +14,7 @@
 
 #include "deltacheck/deltacheck.h"
 #include "deltacheck/gtest.h"
+#include "deltacheck_test_paths.h"
 #include "kernels/cpu/gated_delta_rule.h"  // a known-good kernel to wrap (not public API)
 
 namespace dc = deltacheck;

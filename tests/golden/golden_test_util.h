@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "deltacheck_test_paths.h"
 #include "golden/fixtures.h"
 
 namespace deltacheck::golden::testing {

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "cases/op.h"
+#include "deltacheck_test_paths.h"
 #include "golden_test_util.h"
 
 namespace deltacheck::golden {

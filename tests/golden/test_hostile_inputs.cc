@@ -16,6 +16,7 @@
 #include <functional>
 #include <limits>
 
+#include "deltacheck_test_paths.h"
 #include "golden/sha256.h"
 #include "golden_test_util.h"
 #include "harness/backend.h"

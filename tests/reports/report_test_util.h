@@ -13,6 +13,8 @@
 #include <sstream>
 #include <string>
 
+#include "deltacheck_test_paths.h"
+
 namespace deltacheck::reports::testing {
 
 namespace fs = std::filesystem;

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cases/suites.h"
+#include "deltacheck_test_paths.h"
 #include "harness/backend.h"
 #include "harness/backends/cuda/cuda_backend.h"
 #include "harness/backends/cuda/device_tensors.h"
