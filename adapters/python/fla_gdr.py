@@ -95,7 +95,7 @@ def l2norm(x):
     return x / (x * x).sum(-1, keepdim=True).add(1e-6).sqrt()
 
 
-def run_naive(case, fn, which):
+def run_naive(case, fn):
     import torch
     q, k, v, g, beta = (tensor(case, n, torch) for n in ("q", "k", "v", "g", "beta"))
     s0 = tensor(case, "initial_state", torch) if "initial_state" in case.inputs else None
@@ -171,7 +171,7 @@ def main():
     torch.set_num_threads(int(os.environ.get("DELTACHECK_PEER_THREADS", "1")))
     with torch.no_grad():
         values = (run_kernel(case, fn) if args.fn in GPU_ONLY else
-                  run_naive(case, fn, args.fn))
+                  run_naive(case, fn))
     out = {name: t.detach().double().cpu().numpy() for name, t in values.items()
            if t is not None}
     missing = [name for name in case.outputs if name not in out]

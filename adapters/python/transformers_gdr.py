@@ -23,7 +23,8 @@ How the model calls it, and so how this adapter calls it:
     function transposes to [B, H, T, D] inside). No conversion.
   - g is log-space decay (fp32), beta in (0, 1) in the activation dtype: as DESIGN.md.
   - GVA: repeat_interleave of q/k heads, i.e. value head i uses q/k head i // (HV / H) (blocked,
-    as DESIGN.md and FLA). No conversion.
+    as DESIGN.md and FLA). No conversion. (Before Transformers 5 the model repeated the heads
+    before calling; for such a version the adapter repeats them the same way.)
   - scale: fixed K^-0.5 inside (no argument); DESIGN.md's default. l2: the case's l2 parameter is
     passed as use_qk_l2norm_in_kernel (rsqrt(sum x^2 + 1e-6), as DESIGN.md).
   - Packed layouts (B = 1 with cu_seqlens): the model passes `cu_seqlens=` (from the
@@ -68,27 +69,29 @@ def qualified(fn):
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-# Kernel packages the modeling code's dispatchers pick up when importable (distribution names in
-# parentheses): flash-linear-attention (fla) for the rule, causal-conv1d for the convolution.
+# Kernel packages the modeling code's dispatchers pick up when importable, module -> distribution:
+# flash-linear-attention for the rule, causal-conv1d for the short convolution.
 KERNEL_PACKAGES = {"fla": "flash-linear-attention", "causal_conv1d": "causal-conv1d"}
 
 
-def hide_kernel_packages():
-    """Makes the kernel packages unimportable in this process (None in sys.modules), so no
-    dispatcher can hand a call to them, and importing the modeling file does not spend seconds
-    importing FLA's Triton kernels. Returns {distribution: version} of those installed."""
+def kernel_packages(hide):
+    """{distribution: version} of the kernel packages installed. With `hide`, makes them
+    unimportable in this process (None in sys.modules), so no dispatcher can hand a call to them,
+    and importing the modeling file does not spend seconds importing FLA's Triton kernels."""
     installed = {}
     for module, dist in KERNEL_PACKAGES.items():
         version = dc.package_version(dist)
         if version:
             installed[dist] = version
-        sys.modules.setdefault(module, None)
+        if hide:
+            sys.modules.setdefault(module, None)
     return installed
 
 
 def resolve(model, which, dispatch):
     """(function to call, facts) or (None, reason)."""
-    hidden = {} if dispatch else hide_kernel_packages()
+    installed = kernel_packages(hide=not dispatch)
+    hidden = {} if dispatch else installed
     try:
         import torch
         import transformers
@@ -119,7 +122,13 @@ def resolve(model, which, dispatch):
     params = inspect.signature(plain).parameters
     takes_cu = "cu_seqlens" in params or any(
         p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values())
+    try:  # before 5.x the model repeated q/k heads itself before calling (GVA)
+        gva = "repeat_interleave" in inspect.getsource(plain)
+    except (OSError, TypeError):
+        gva = True
     facts = {
+        "gva": ("inside the function" if gva else
+                "q/k heads repeated by the adapter, as the model did"),
         "implementation": qualified(attr if dispatch else plain) + (
             " (module attribute: the hub-kernel dispatcher, as the model calls it)" if dispatch
             else " (the plain PyTorch function, unwrapped from the hub-kernel dispatcher)"
@@ -128,9 +137,9 @@ def resolve(model, which, dispatch):
         "cu_seqlens": ("explicit parameter" if "cu_seqlens" in params else
                        "accepted through **kwargs" if takes_cu else "not accepted: not passed"),
         "versions": dict({"transformers": transformers.__version__, "torch": torch.__version__},
-                         **hidden),
+                         **installed),
     }
-    return ((attr if dispatch else plain), takes_cu), facts
+    return ((attr if dispatch else plain), takes_cu, gva), facts
 
 
 def tensor(case, name, torch):
@@ -140,7 +149,7 @@ def tensor(case, name, torch):
     return t.to({"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, t.dtype))
 
 
-def run_gdr(case, fn, takes_cu):
+def run_gdr(case, fn, takes_cu, gva):
     """Outputs {o, final_state}, or a string: the reason to decline."""
     import torch
     cache = case.param("cache")
@@ -149,6 +158,8 @@ def run_gdr(case, fn, takes_cu):
                 "function takes one state per batch row and has no slot interface")
     q, k, v, g, beta = (tensor(case, n, torch) for n in ("q", "k", "v", "g", "beta"))
     s0 = tensor(case, "initial_state", torch) if "initial_state" in case.inputs else None
+    if not gva and v.shape[2] != q.shape[2]:
+        q, k = (x.repeat_interleave(v.shape[2] // q.shape[2], dim=2) for x in (q, k))
     l2 = case.param("l2", "1") == "1"
     want_final = "final_state" in case.outputs
     kw = {"use_qk_l2norm_in_kernel": l2}
@@ -159,7 +170,7 @@ def run_gdr(case, fn, takes_cu):
                   **kw, **extra)
         return o, s
 
-    B, T = q.shape[0], q.shape[1]
+    T = q.shape[1]
     HV, K, V = v.shape[2], q.shape[3], v.shape[3]
     if "cu_seqlens" not in case.inputs:  # batch / single layouts: one sequence per row
         o, s = call(q, k, v, g, beta, s0, final=want_final)
@@ -224,9 +235,9 @@ def main():
         return 0
     import torch
     torch.set_num_threads(int(os.environ.get("DELTACHECK_PEER_THREADS", "1")))
-    fn, takes_cu = resolved
+    fn, takes_cu, gva = resolved
     with torch.no_grad():
-        values = run_gdr(case, fn, takes_cu)
+        values = run_gdr(case, fn, takes_cu, gva)
     if isinstance(values, str):
         dc.decline(args.out, values, facts)
         return 0

@@ -33,6 +33,8 @@ Outputs, converted to deltacheck's (harness/mask_problem.h):
     Sliding and chunked cache layers hold a window of the keys: their masks cover keys
     [kv_offset, kv_offset + kv_length) (Cache.get_mask_sizes) and are placed there in the full
     key buffer, masked elsewhere.
+Older Transformers (4.5x) named the arguments input_embeds, past_key_values and cache_position;
+the adapter passes whichever names the installed version takes.
 Declined (verdict unsupported), as DESIGN.md "Masks" expects of Transformers:
   - position_ids with a 2-D mask or a cache, or with causal=0: Transformers looks for packed
     sequences only without a 2-D mask and without a cache (and never for bidirectional masks);
@@ -40,6 +42,7 @@ Declined (verdict unsupported), as DESIGN.md "Masks" expects of Transformers:
   - segments cases (Transformers' varlen helpers are not wired here).
 """
 import argparse
+import inspect
 import os
 import sys
 
@@ -84,6 +87,25 @@ def make_config(case, types, attn):
     return cfg
 
 
+def positions(case):
+    import torch
+    offset = case.int_param("offset")
+    return torch.arange(offset, offset + case.int_param("q"))
+
+
+def call(fn, case, **kw):
+    """Calls a masking function with this version's argument names: Transformers 5 takes
+    inputs_embeds and cache, 4.5x took input_embeds, past_key_values and cache_position."""
+    params = inspect.signature(fn).parameters
+    if "inputs_embeds" not in params:
+        kw["input_embeds"] = kw.pop("inputs_embeds")
+    if "cache" not in params:
+        kw["past_key_values"] = kw.pop("cache")
+    if "cache_position" in params:
+        kw["cache_position"] = positions(case)
+    return fn(**kw)
+
+
 def make_cache(case, cfg):
     """None, or a cache of the case's kind holding `offset` tokens in every attention layer."""
     import torch
@@ -96,9 +118,11 @@ def make_cache(case, cfg):
              else DynamicCache(config=cfg))
     if offset > 0:
         kv = torch.zeros(B, 1, offset, 1)
+        extra = ({"cache_kwargs": {"cache_position": torch.arange(offset)}}
+                 if "cache_kwargs" in inspect.signature(cache.update).parameters else {})
         for i, layer in enumerate(cache.layers):
             if isinstance(layer, CacheLayerMixin):
-                cache.update(kv, kv, i)
+                cache.update(kv, kv, i, **extra)
     return cache
 
 
@@ -121,7 +145,10 @@ def placed(case, m, cache, layer_idx):
     kv = kv_length(case)
     offset = 0
     if cache is not None and layer_idx is not None:
-        kv_len, offset = cache.layers[layer_idx].get_mask_sizes(case.int_param("q"))
+        sizes = cache.layers[layer_idx].get_mask_sizes
+        arg = (positions(case) if "cache_position" in inspect.signature(sizes).parameters
+               else case.int_param("q"))
+        kv_len, offset = sizes(arg)
         offset = int(offset)
     if offset == 0 and m.shape[-1] == kv:
         return m
@@ -172,8 +199,8 @@ def run_mask(case):
         cfg = make_config(case, ["full_attention"], attn)
         embeds, mask, pos = tokens(case, torch, dt)
         cache = make_cache(case, cfg)
-        return builder(config=cfg, inputs_embeds=embeds, attention_mask=mask, cache=cache,
-                       position_ids=pos), cache
+        return call(builder, case, config=cfg, inputs_embeds=embeds, attention_mask=mask,
+                    cache=cache, position_ids=pos), cache
 
     sdpa, cache = build("sdpa", torch.float32)
     needed = sdpa is not None
@@ -206,8 +233,8 @@ def run_layers(case):
     cfg = make_config(case, types, "sdpa")
     embeds, mask, pos = tokens(case, torch, torch.float32)
     cache = make_cache(case, cfg)
-    masks = mu.create_masks_for_generate(config=cfg, inputs_embeds=embeds, attention_mask=mask,
-                                         cache=cache, position_ids=pos)
+    masks = call(mu.create_masks_for_generate, case, config=cfg, inputs_embeds=embeds,
+                 attention_mask=mask, cache=cache, position_ids=pos)
     if not isinstance(masks, dict):
         dc.fail("create_masks_for_generate returned " + type(masks).__name__ +
                 " instead of a dict per layer type (a layer type without a mask function)")

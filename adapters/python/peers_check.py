@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""The peer suite's driver and its pinned findings (standard library only; any python3 runs it).
+
+    peers_check.py run --deltacheck build/deltacheck --venv VENV --out reports/peers
+        Runs every peer of adapters/python/expected-findings.json on its cases through
+        `deltacheck run --backend external`, one report directory per peer, and compares the
+        verdict of every (peer, case family) with the pinned one. Exit 1 when any finding changed
+        (in either direction) or a peer did not run as it should; 0 otherwise, also when a peer
+        is skipped because scripts/peers-setup.sh could not install its packages (a banner says
+        so). Writes findings.md and findings.json (versions, what ran, verdicts) into --out.
+    peers_check.py table                     prints the README's findings table from the file
+    peers_check.py check-readme README.md    exit 1 when the README's table is not that table
+    peers_check.py self-test                 shows that a changed finding and a stale README
+                                             table are caught (run by ctest)
+
+A family's verdict is the verdict of all its cases when they agree, else "mixed(a,b)".
+"""
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXPECTED = os.path.join(HERE, "expected-findings.json")
+BEGIN = "<!-- peers-findings:begin (rendered by adapters/python/peers_check.py table) -->"
+END = "<!-- peers-findings:end -->"
+
+
+def load(path):
+    with open(path) as f:
+        doc = json.load(f)
+    if doc.get("schema") != "deltacheck-peer-findings" or doc.get("version") != 1:
+        raise SystemExit(f"peers: {path}: not a version 1 deltacheck-peer-findings file")
+    return doc
+
+
+def render_table(doc):
+    rows = ["| peer | case family | finding | case that shows it | note |",
+            "| --- | --- | --- | --- | --- |"]
+    for peer in doc["peers"]:
+        for fam in peer["families"]:
+            finding = f"**{fam['expect']}**"
+            if "expect_gpu" in fam:
+                gpu = fam["expect_gpu"]
+                finding += f" (GPU: {'**' + gpu + '**' if gpu else 'not pinned'})"
+            rows.append(f"| {peer['name']} | {fam['family']} | {finding} | `{fam['show']}` | "
+                        f"{fam.get('note', '')} |")
+    return "\n".join(rows) + "\n"
+
+
+def readme_section(text):
+    if BEGIN not in text or END not in text:
+        return None
+    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
+
+
+def check_readme(readme, doc):
+    with open(readme) as f:
+        section = readme_section(f.read())
+    want = render_table(doc)
+    if section is None:
+        return f"{readme}: no findings table (markers {BEGIN!r} ... {END!r})"
+    if section != want:
+        return (f"{readme}: the findings table differs from {os.path.relpath(EXPECTED)}; "
+                f"paste the output of `python3 adapters/python/peers_check.py table`")
+    return None
+
+
+def family_verdict(verdicts):
+    distinct = sorted(set(verdicts))
+    return distinct[0] if len(distinct) == 1 else "mixed(" + ",".join(distinct) + ")"
+
+
+def compare(doc, verdicts_by_peer, gpu_by_peer):
+    """Rows (peer, family, expected, got, status) with status ok | CHANGED | not pinned |
+    skipped; verdicts_by_peer[peer] is {case id: verdict} or a string (why it was skipped)."""
+    rows = []
+    for peer in doc["peers"]:
+        got = verdicts_by_peer.get(peer["name"])
+        for fam in peer["families"]:
+            want = fam["expect"]
+            if gpu_by_peer.get(peer["name"]) and "expect_gpu" in fam:
+                want = fam["expect_gpu"]
+            if isinstance(got, str) or got is None:
+                rows.append((peer["name"], fam["family"], want or "-", "-", "skipped"))
+                continue
+            seen = [got.get(c, "missing") for c in fam["cases"]]
+            verdict = family_verdict(seen)
+            status = ("not pinned" if want is None else "ok" if verdict == want else "CHANGED")
+            rows.append((peer["name"], fam["family"], want or "-", verdict, status))
+    return rows
+
+
+def banner(lines):
+    bar = "#" * 100
+    print(bar, *("## " + line for line in lines), bar, sep="\n", flush=True)
+
+
+def read_status(venv):
+    """scripts/peers-setup.sh's record: {group: (state, detail)}."""
+    status = {}
+    try:
+        with open(os.path.join(venv, ".deltacheck-peers-status")) as f:
+            for line in f:
+                parts = line.rstrip("\n").split("\t")
+                if len(parts) >= 2:
+                    status[parts[0]] = (parts[1], parts[2] if len(parts) > 2 else "")
+    except OSError as e:
+        status["base"] = ("failed", f"no status file in {venv} ({e.strerror})")
+    return status
+
+
+def canonical(deltacheck, ids):
+    out = subprocess.run([deltacheck, "list", "cases"] + [a for i in ids for a in ("--case", i)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"peers: deltacheck list cases: {out.stderr.strip()}")
+    return out.stdout.split()
+
+
+def run(args):
+    doc = load(args.expected)
+    # Every pinned id must still be canonical, and 'show' must expand to the family's first case:
+    # otherwise the case model changed under the file and the pins need a look.
+    for peer in doc["peers"]:
+        for fam in peer["families"]:
+            if canonical(args.deltacheck, fam["cases"]) != fam["cases"]:
+                raise SystemExit(f"peers: {peer['name']} / {fam['family']}: case ids are not "
+                                 "canonical any more; update expected-findings.json")
+            if canonical(args.deltacheck, [fam["show"]]) != fam["cases"][:1]:
+                raise SystemExit(f"peers: {peer['name']} / {fam['family']}: show "
+                                 f"{fam['show']} is not the first case")
+    status = read_status(args.venv)
+    python = os.path.join(args.venv, "bin", "python")
+    os.makedirs(args.out, exist_ok=True)
+    verdicts, gpu, facts, problems = {}, {}, {}, []
+    for peer in doc["peers"]:
+        if args.peer and peer["name"] not in args.peer:
+            continue
+        name, group = peer["name"], peer["group"]
+        for g in ("base", group):
+            state, detail = status.get(g, ("failed", "not attempted"))
+            if state != "ok":
+                verdicts[name] = f"{g} packages not installed: {detail}"
+                banner([f"PEER SKIPPED: {name}: the '{g}' packages could not be installed",
+                        f"  {detail}",
+                        "  its cases did not run; the core gate does not depend on them"])
+                break
+        if name in verdicts:
+            continue
+        adapter = shlex.split(peer["adapter"])
+        script = os.path.join(HERE, adapter[0])
+        described = subprocess.run([python, script] + adapter[1:] + ["--describe"],
+                                   capture_output=True, text=True)
+        try:
+            facts[name] = json.loads(described.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            problems.append(f"{name}: --describe failed: {described.stderr.strip()[-300:]}")
+            verdicts[name] = "adapter --describe failed"
+            continue
+        unavailable = facts[name].get("unavailable", "")
+        gpu[name] = "unavailable" not in facts[name]  # a GPU-only kernel that can run
+        cases = sorted({c for fam in peer["families"] for c in fam["cases"]})
+        report = os.path.join(args.out, name)
+        cmd = [args.deltacheck, "run", "--backend", "external", "--no-probes", "--quiet",
+               "--progress", "lines", "--jobs", str(args.jobs), "--timeout", str(args.timeout),
+               "--report-dir", report, "--max-dumps", "5",
+               "--cmd", " ".join(shlex.quote(a) for a in [python, script] + adapter[1:])
+               + " {in} {out}"]
+        for c in cases:
+            cmd += ["--case", c]
+        what = facts[name].get("implementation", unavailable)
+        print(f"peers: {name}: {len(cases)} cases: {what}", flush=True)
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        with open(os.path.join(args.out, f"{name}.log"), "w") as f:
+            f.write(done.stdout + done.stderr)
+        if done.returncode not in (0, 1):
+            problems.append(f"{name}: deltacheck exited {done.returncode}: "
+                            f"{done.stderr.strip()[-300:]}")
+            verdicts[name] = "deltacheck failed"
+            continue
+        with open(os.path.join(report, "report.json")) as f:
+            results = json.load(f)["results"]
+        verdicts[name] = {r["case_id"]: r["verdict"] for r in results}
+        for r in results:
+            if r["verdict"] != "pass":
+                print(f"    {r['verdict']:<12}{r['case_id']}\n    {'':<12}{r.get('message', '')}",
+                      flush=True)
+    rows = [r for r in compare(doc, verdicts, gpu) if not args.peer or r[0] in args.peer]
+    changed = [r for r in rows if r[4] == "CHANGED"]
+    lines = ["| peer | case family | pinned | now | |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {p} | {f} | {w} | {g} | {s} |" for p, f, w, g, s in rows]
+    table = "\n".join(lines) + "\n"
+    print("\n" + table)
+    with open(os.path.join(args.out, "findings.md"), "w") as f:
+        f.write("# Peer findings\n\n" + table)
+    with open(os.path.join(args.out, "findings.json"), "w") as f:
+        json.dump({"peers": facts, "status": status, "rows": [
+            dict(zip(("peer", "family", "pinned", "now", "status"), r)) for r in rows]},
+            f, indent=1, sort_keys=True)
+    for p in problems:
+        print(f"peers: ERROR: {p}", file=sys.stderr)
+    if changed:
+        banner([f"PEER FINDINGS CHANGED: {len(changed)} famil{'y' if len(changed) == 1 else 'ies'}"]
+               + [f"  {p} / {f}: pinned {w}, now {g}" for p, f, w, g, _ in changed]
+               + ["  upstream fixed or broke something, or deltacheck changed: look at the "
+                  "reports, then update adapters/python/expected-findings.json and the README "
+                  "table (peers_check.py table)"])
+    skipped = sorted({r[0] for r in rows if r[4] == "skipped"})
+    if skipped:
+        print(f"peers: skipped (packages not installed): {', '.join(skipped)}")
+    print(f"peers: {sum(r[4] in ('ok', 'not pinned') for r in rows)} passed, {len(changed)} "
+          f"failed, {sum(r[4] == 'skipped' for r in rows)} skipped")  # (peer, family) pairs
+    return 1 if changed or problems else 0
+
+
+def self_test():
+    """The comparison and the README check must be able to fail."""
+    doc = load(EXPECTED)
+    peer = doc["peers"][0]
+    good = {c: fam["expect"] for fam in peer["families"] for c in fam["cases"]}
+    rows = compare({"peers": [peer]}, {peer["name"]: good}, {})
+    assert all(r[4] == "ok" for r in rows), rows
+    flipped = dict(good)
+    case = peer["families"][1]["cases"][0]
+    flipped[case] = "pass" if good[case] != "pass" else "fail"  # upstream fixed (or broke) it
+    rows = compare({"peers": [peer]}, {peer["name"]: flipped}, {})
+    assert [r[4] for r in rows].count("CHANGED") == 1, rows
+    assert rows[1][3].startswith("mixed(") or rows[1][3] != rows[1][2], rows
+    missing = dict(good)
+    del missing[case]
+    assert any(r[4] == "CHANGED" for r in compare({"peers": [peer]},
+                                                  {peer["name"]: missing}, {}))
+    skipped = compare({"peers": [peer]}, {peer["name"]: "not installed"}, {})
+    assert all(r[4] == "skipped" for r in skipped)
+    with tempfile.TemporaryDirectory() as d:
+        readme = os.path.join(d, "README.md")
+        with open(readme, "w") as f:
+            f.write(f"# x\n\n{BEGIN}\n{render_table(doc)}{END}\n")
+        assert check_readme(readme, doc) is None
+        stale = json.loads(json.dumps(doc))
+        stale["peers"][0]["families"][0]["expect"] = "fail"
+        assert check_readme(readme, stale) is not None
+        with open(readme, "w") as f:
+            f.write("# no table\n")
+        assert check_readme(readme, doc) is not None
+    print("peers_check self-test: 4 passed, 0 failed")
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run the peer suite and compare with the pinned findings")
+    r.add_argument("--deltacheck", required=True)
+    r.add_argument("--venv", required=True, help="made by scripts/peers-setup.sh")
+    r.add_argument("--out", default="reports/peers")
+    r.add_argument("--expected", default=EXPECTED)
+    r.add_argument("--jobs", type=int, default=2)
+    r.add_argument("--timeout", type=float, default=300)
+    r.add_argument("--peer", action="append", help="only this peer (repeatable)")
+    t = sub.add_parser("table", help="print the README table")
+    t.add_argument("--expected", default=EXPECTED)
+    c = sub.add_parser("check-readme", help="compare the README table with the file")
+    c.add_argument("readme")
+    c.add_argument("--expected", default=EXPECTED)
+    sub.add_parser("self-test", help="show that changed findings and stale tables are caught")
+    args = ap.parse_args()
+    if args.command == "run":
+        return run(args)
+    if args.command == "table":
+        sys.stdout.write(render_table(load(args.expected)))
+        return 0
+    if args.command == "check-readme":
+        problem = check_readme(args.readme, load(args.expected))
+        if problem:
+            print(f"peers: {problem}", file=sys.stderr)
+            return 1
+        print(f"peers: {args.readme}: findings table matches {os.path.basename(EXPECTED)}")
+        return 0
+    return self_test()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

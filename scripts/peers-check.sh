@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The peer suite: implementations nobody here wrote (Transformers' Qwen3-Next gated delta rule and
+# masking utilities, flash-linear-attention's reference functions and kernels) checked through
+# `deltacheck run --backend external`, against the findings pinned in
+# adapters/python/expected-findings.json. CI runs it after the core tests.
+#   scripts/peers-check.sh                 (BUILD_DIR=build; reports in reports/peers/<peer>/)
+#   scripts/peers-check.sh --peer transformers-chunk      (any peers_check.py run option)
+# 1. scripts/peers-setup.sh: the pinned venv (cached; a group that cannot be installed is
+#    skipped with a banner, never a failure);
+# 2. adapters/python/peers_check.py run: each peer's cases, one report directory per peer, the
+#    verdict per (peer, case family) against the pinned one;
+# 3. the README's findings table against the pinned file.
+# Exit 1 when a finding changed (either direction), a peer errored, or the README table is stale.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+BUILD_DIR="${BUILD_DIR:-build}"
+OUT="${PEERS_REPORT_DIR:-reports/peers}"
+start=$(date +%s)
+
+venv="$(scripts/peers-setup.sh | tail -n 1)"
+if [ -z "$venv" ]; then
+  echo "peers: scripts/peers-setup.sh gave no venv" >&2
+  exit 1
+fi
+echo "peers: setup done in $(($(date +%s) - start)) s"
+if grep -q $'^cached\tno' "$venv/.deltacheck-peers-status" 2>/dev/null; then
+  trap 'rm -rf "$venv"' EXIT
+fi
+
+rm -rf "$OUT"
+python3 adapters/python/peers_check.py run --deltacheck "$BUILD_DIR/deltacheck" --venv "$venv" \
+  --out "$OUT" "$@"
+code=$?
+python3 adapters/python/peers_check.py check-readme README.md || code=1
+echo "peers: done in $(($(date +%s) - start)) s" \
+  "(reports: $OUT/<peer>/report.html, $OUT/findings.md)"
+exit $code
