@@ -36,8 +36,14 @@ echo "installed deltacheck $version: $(grep -c Installing "$tmp/install.log") fi
 
 echo "--- the CMake package: version rules and components"
 IFS=. read -r major minor _ <<< "$version"
-has_torch=0
-[[ -f "$prefix/lib/cmake/deltacheck/deltacheckTorchTargets.cmake" ]] && has_torch=1
+# Components of this install (deltacheck<Name>Targets.cmake): each must be found, link, and
+# register its backend, named like the component ("torch", "cuda").
+components=()
+for f in "$prefix"/lib/cmake/deltacheck/deltacheck*Targets.cmake; do
+  name=$(basename "$f" Targets.cmake)
+  name=${name#deltacheck}
+  [[ -n "$name" ]] && components+=("${name,}")
+done
 mkdir -p "$tmp/pkg"
 cat > "$tmp/pkg/CMakeLists.txt" <<EOF
 cmake_minimum_required(VERSION 3.22)
@@ -64,33 +70,42 @@ expect("$major.$minor" "\${deltacheck_FOUND}" 1)
 if(NOT TARGET deltacheck::deltacheck OR NOT TARGET deltacheck::tool)
   message(FATAL_ERROR "deltacheck::deltacheck or deltacheck::tool missing")
 endif()
-find_package(deltacheck $major.$minor QUIET OPTIONAL_COMPONENTS torch)
-expect("OPTIONAL_COMPONENTS torch" "\${deltacheck_torch_FOUND}" $has_torch)
-if(deltacheck_torch_FOUND)
-  add_executable(torch_component torch_component.cc)
-  target_link_libraries(torch_component PRIVATE deltacheck::torch)
-endif()
+foreach(component torch cuda)
+  find_package(deltacheck $major.$minor QUIET OPTIONAL_COMPONENTS \${component})
+  if(component IN_LIST installed)
+    expect("OPTIONAL_COMPONENTS \${component}" "\${deltacheck_\${component}_FOUND}" 1)
+    add_executable(\${component}_component component.cc)
+    target_compile_definitions(\${component}_component PRIVATE COMPONENT="\${component}"
+      COMPONENT_HEADER=<deltacheck/\${component}.h>
+      REGISTER_BACKENDS=deltacheck::register_\${component}_backends)
+    target_link_libraries(\${component}_component PRIVATE deltacheck::\${component})
+  else()
+    expect("OPTIONAL_COMPONENTS \${component}" "\${deltacheck_\${component}_FOUND}" 0)
+  endif()
+endforeach()
 EOF
-cat > "$tmp/pkg/torch_component.cc" <<'EOF'
-// The torch component links and registers its backends.
+cat > "$tmp/pkg/component.cc" <<'EOF'
+// A component links, and its registration makes the backend of its name known.
 #include <deltacheck/deltacheck.h>
-#include <deltacheck/torch.h>
+#include COMPONENT_HEADER
 
 int main() {
-  deltacheck::register_torch_backends();
+  REGISTER_BACKENDS();
   for (const auto& b : deltacheck::list_backends())
-    if (b.name == "torch") return 0;
+    if (b.name == COMPONENT) return 0;
   return 1;
 }
 EOF
-cmake -S "$tmp/pkg" -B "$tmp/pkg/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" > "$tmp/pkg.log" ||
-  { cat "$tmp/pkg.log"; die "package checks failed"; }
+cmake -S "$tmp/pkg" -B "$tmp/pkg/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+  -Dinstalled="$(IFS=';'; echo "${components[*]:-}")" > "$tmp/pkg.log" || { cat "$tmp/pkg.log"; die "package checks failed"; }
 grep 'find_package(deltacheck' "$tmp/pkg.log"
-if [[ $has_torch == 1 ]]; then
+if [[ ${#components[@]} -gt 0 ]]; then
   cmake --build "$tmp/pkg/build" > "$tmp/pkg-build.log" ||
-    { cat "$tmp/pkg-build.log"; die "a program linking deltacheck::torch does not build"; }
-  "$tmp/pkg/build/torch_component" || die "the torch component did not register backend 'torch'"
-  echo "deltacheck::torch links and registers the torch backend"
+    { cat "$tmp/pkg-build.log"; die "a program linking a component does not build"; }
+  for c in "${components[@]}"; do
+    "$tmp/pkg/build/${c}_component" || die "component $c did not register backend '$c'"
+    echo "deltacheck::$c links and registers the $c backend"
+  done
 fi
 
 # Builds the example in $1 (extra cmake arguments follow), runs its tests, checks the verdicts.

@@ -1,5 +1,6 @@
-// deltacheck's public C++ API, all of it (except the GoogleTest helper, deltacheck/gtest.h, and
-// the optional components' headers such as deltacheck/torch.h). Link deltacheck::deltacheck:
+// deltacheck's public C++ API: all of it except the GoogleTest helper (deltacheck/gtest.h) and
+// the optional components' headers (deltacheck/torch.h, deltacheck/cuda.h). Link it with
+// deltacheck::deltacheck:
 //   find_package(deltacheck 0.1 REQUIRED)
 //   target_link_libraries(my_test PRIVATE deltacheck::deltacheck)
 // Everything a user needs is in namespace deltacheck and documented in these headers; the
