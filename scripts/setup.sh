@@ -16,6 +16,7 @@ PACKAGES=(
   python3-venv                          # adapters/python/check.sh: the example adapter's venv
   libxml2-utils                         # tests/reports: xmllint validates junit.xml against its schema
   chromium                              # tests/reports: report.html rendered headless
+  clang libclang-rt-dev                 # scripts/fuzz.sh: libFuzzer targets (fuzz/)
 )
 
 missing=()

@@ -483,6 +483,32 @@ TEST_P(BadFixtureFile, RejectedBeforeAnythingRuns) {
 INSTANTIATE_TEST_SUITE_P(Hostile, BadFixtureFile, ::testing::ValuesIn(bad_fixtures()),
                          [](const auto& info) { return "row" + std::to_string(info.index); });
 
+// --- regressions found by fuzzing (fuzz/, scripts/fuzz.sh) ----------------------------------
+
+TEST(FuzzRegressions, AFileOnWhichTheHdf5LibraryLoopsForeverIsAnInputError) {
+  // fuzz_fixture_reader, raw bytes: libhdf5 1.10 loops forever reading an attribute of this
+  // 12 kB file. The first reading of a fixture runs in a child process with a deadline.
+  TempDir dir;
+  const std::string file =
+      std::string(DELTACHECK_SOURCE_DIR) + "/fuzz/regressions/hdf5-loops-forever.h5";
+  for (const std::string sub : {"inspect", "check", "verify"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = run_in(dir, "golden " + sub + " " + file + " --timeout 1");
+    expect_usage_error("a file on which the HDF5 library loops forever [golden " + sub + "]", r,
+                       "reading it timed out after 1 s (killed)");
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10);
+  }
+}
+
+TEST(FuzzRegressions, EmptyDatasetsHashWithoutANullPointer) {
+  // fuzz_fixture_reader, UBSan: SHA-256 of an empty dataset (an empty std::vector, whose data()
+  // may be null) passed memcpy a null pointer.
+  const std::vector<double> empty;
+  EXPECT_EQ(sha256_hex(empty.data(), 0),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex(nullptr, 0), sha256_hex("", 0));
+}
+
 // --- external programs --------------------------------------------------------------------
 
 class HostileProgram : public ::testing::Test {
