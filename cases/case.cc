@@ -71,7 +71,8 @@ std::vector<std::string> split_top(const std::string& s, const std::string& whol
   std::string cur;
   for (char ch : s) {
     if (ch == '[') ++depth;
-    if (ch == ']' && --depth < 0) throw CaseIdError("case id '" + excerpt(whole) + "': unbalanced ']'");
+    if (ch == ']' && --depth < 0)
+      throw CaseIdError("case id '" + excerpt(whole) + "': unbalanced ']'");
     if (ch == ',' && depth == 0) {
       parts.push_back(trim(cur));
       cur.clear();
@@ -89,7 +90,8 @@ std::string canonical_value(const ParamSpec& spec, const std::string& raw, const
   switch (spec.kind) {
     case ParamSpec::Kind::kInt: {
       int64_t v = 0;
-      if (!parse_int(raw, v)) throw CaseIdError(where + ": '" + excerpt(raw) + "' is not an integer");
+      if (!parse_int(raw, v))
+        throw CaseIdError(where + ": '" + excerpt(raw) + "' is not an integer");
       if (v < spec.min || v > spec.max)
         throw CaseIdError(where + ": " + raw + " is outside [" + std::to_string(spec.min) + ", " +
                           std::to_string(spec.max) + "]");

@@ -406,8 +406,7 @@ struct Budget {
 };
 
 StatusOr<Tensor> read_checked_dataset(hid_t group, const std::string& name,
-                                      const std::string& where, DatasetInfo* info,
-                                      Budget* budget) {
+                                      const std::string& where, DatasetInfo* info, Budget* budget) {
   Hid d = dataset_h(H5Dopen2(group, name.c_str(), H5P_DEFAULT));
   if (!d.ok()) return invalid(where + ": not a readable dataset" + hdf5_detail());
   StatusOr<std::string> dtype_name = read_attr_string(d.get(), where, "dtype");
@@ -749,8 +748,8 @@ StatusOr<FixtureCase> FixtureReader::read(size_t index) const {
                                 cases::estimate_input_bytes(*c));
         !st.ok())
       return st;
-    if (Status st = cases::check_case_inputs(*c, fc.inputs,
-                                             gen.value() == cases::kGeneratorVersion);
+    if (Status st =
+            cases::check_case_inputs(*c, fc.inputs, gen.value() == cases::kGeneratorVersion);
         !st.ok())
       return invalid(where + ": " + st.message());
   } catch (const std::exception& e) {
@@ -783,8 +782,7 @@ StatusOr<FixtureCase> FixtureReader::read(size_t index) const {
       if (H5Lexists(expected.value().get(), s.name.c_str(), H5P_DEFAULT) <= 0)
         return invalid(w + ": dataset missing");
       DatasetInfo info;
-      StatusOr<Tensor> t =
-          read_checked_dataset(expected.value().get(), s.name, w, &info, &budget);
+      StatusOr<Tensor> t = read_checked_dataset(expected.value().get(), s.name, w, &info, &budget);
       if (!t.ok()) return t.status();
       if (t.value().dtype() != DType::kF64) return invalid(w + ": not fp64");
       if (t.value().shape() != s.shape)

@@ -48,6 +48,8 @@ class SharedMapping {
   uint8_t* data_;
 };
 
+bool g_in_child = false;
+
 // A tensor's whole storage: guard band, body, guard band (and the spare byte).
 uint8_t* storage_begin(cases::Tensor& t) {
   return static_cast<uint8_t*>(t.data()) - t.guard_bytes();
@@ -65,6 +67,7 @@ void put_message(Report& r, const std::string& m) {
                              cases::TensorMap& outputs, uint8_t* shared) {
   // Die with deltacheck (an interrupted run must not leave a hanging backend behind).
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  g_in_child = true;
   Report& report = *reinterpret_cast<Report*>(shared);
   try {
     const Status st = fn(outputs);
@@ -137,8 +140,10 @@ Status run_isolated(const std::function<Status(cases::TensorMap&)>& fn, cases::T
   const Report& report = *reinterpret_cast<const Report*>(shared.data());
   if (WIFSIGNALED(status)) return Status::Internal("crashed with " + signal_text(WTERMSIG(status)));
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || report.kind == Report::kNone)
-    return Status::Internal(fmt::format("exited with code {} before returning (exit() called?)",
-                                        WIFEXITED(status) ? WEXITSTATUS(status) : -1));
+    return Status::Internal(
+        fmt::format("exited with code {} before returning (an exit() call, or a sanitizer's "
+                    "report on stderr)",
+                    WIFEXITED(status) ? WEXITSTATUS(status) : -1));
   const std::string message(report.message);
   if (report.kind == Report::kThrew) throw std::runtime_error(message);
 
@@ -159,6 +164,8 @@ Status run_isolated(const std::function<Status(cases::TensorMap&)>& fn, cases::T
   }
   return Status::Internal(message);
 }
+
+bool in_isolated_child() { return g_in_child; }
 
 namespace {
 

@@ -31,6 +31,10 @@ struct IsolationOptions {
 Status run_isolated(const std::function<Status(cases::TensorMap&)>& fn, cases::TensorMap& outputs,
                     const IsolationOptions& options);
 
+// True in a child process of run_isolated() (the deliberately crashing backends crash only
+// there).
+bool in_isolated_child();
+
 // `inner` with every run() isolated as above; name, support and the other properties are
 // inner's.
 std::unique_ptr<Backend> make_isolated_backend(std::unique_ptr<Backend> inner,

@@ -17,6 +17,8 @@ Status run_cpu_layer_case(const cases::Case& c, const cases::TensorMap& in, case
 std::unique_ptr<Backend> make_wrong_conv_backend();
 // The cpu backend's gdr cases in every cache mode (cpu_gdr.cc).
 Status run_cpu_gdr_case(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out);
+// wrong:segfault and wrong:hang, which crash only under --isolate (wrong_crash_backends.cc).
+std::vector<std::unique_ptr<Backend>> make_wrong_crash_backends();
 // "external": a program run per case through the fixture format (external_backend.cc).
 std::unique_ptr<Backend> make_external_backend(const BackendOptions& options);
 

@@ -20,6 +20,7 @@ std::vector<std::unique_ptr<Backend>> all_backends(const BackendOptions& options
     for (auto& b : f(options)) v.push_back(std::move(b));
   v.push_back(make_external_backend(options));
   for (auto& b : make_wrong_backends()) v.push_back(std::move(b));
+  for (auto& b : make_wrong_crash_backends()) v.push_back(std::move(b));
   return v;
 }
 
