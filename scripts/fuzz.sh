@@ -9,6 +9,8 @@
 #   BUILD_DIR=build-fuzz            the build folder (default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache keys on paths relative to the checkout, so a fresh clone elsewhere (CI) still hits.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 BUILD_DIR="${BUILD_DIR:-build-fuzz}"
 SECONDS_EACH="${FUZZ_SECONDS:-30}"
 TARGETS=("$@")

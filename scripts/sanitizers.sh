@@ -12,6 +12,8 @@
 #   ASAN_BUILD_DIR=... TSAN_BUILD_DIR=...   the build folders (default build-asan, build-tsan)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache keys on paths relative to the checkout, so a fresh clone elsewhere (CI) still hits.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 ASAN_DIR="${ASAN_BUILD_DIR:-build-asan}"
 TSAN_DIR="${TSAN_BUILD_DIR:-build-tsan}"
 STEPS=("$@")
