@@ -1,8 +1,11 @@
 // Host tensors: dtype helpers, element access, guard bands and poison.
 #include "cases/tensor.h"
 
+#include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
 namespace deltacheck::cases {
 
@@ -78,7 +81,57 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-Tensor::Tensor(std::string name, DType dtype, std::vector<int64_t> shape, size_t guard_bytes)
+namespace {
+
+// Freed large blocks, newest last, and their total size.
+struct Recycled {
+  std::mutex mu;
+  std::vector<std::pair<void*, size_t>> blocks;
+  size_t bytes = 0;
+};
+
+// Never destroyed: tensors in static storage are freed after every function-local static.
+Recycled& recycled() {
+  static Recycled* r = new Recycled;
+  return *r;
+}
+
+}  // namespace
+
+void* storage_allocate(size_t bytes) {
+  if (bytes >= kRecycledMinBytes) {
+    Recycled& r = recycled();
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (size_t i = r.blocks.size(); i-- > 0;)
+      if (r.blocks[i].second == bytes) {
+        void* p = r.blocks[i].first;
+        r.blocks.erase(r.blocks.begin() + static_cast<std::ptrdiff_t>(i));
+        r.bytes -= bytes;
+        return p;
+      }
+  }
+  return ::operator new(bytes);
+}
+
+void storage_free(void* p, size_t bytes) noexcept {
+  if (bytes >= kRecycledMinBytes && bytes <= kRecycledBytes) {
+    Recycled& r = recycled();
+    std::lock_guard<std::mutex> lock(r.mu);
+    // Oldest blocks go first when the newest would not fit.
+    while (!r.blocks.empty() && r.bytes + bytes > kRecycledBytes) {
+      ::operator delete(r.blocks.front().first);
+      r.bytes -= r.blocks.front().second;
+      r.blocks.erase(r.blocks.begin());
+    }
+    r.blocks.emplace_back(p, bytes);
+    r.bytes += bytes;
+    return;
+  }
+  ::operator delete(p);
+}
+
+Tensor::Tensor(std::string name, DType dtype, std::vector<int64_t> shape, size_t guard_bytes,
+               Init init)
     : name_(std::move(name)), dtype_(dtype), shape_(std::move(shape)), guard_(guard_bytes) {
   numel_ = 1;
   for (int64_t d : shape_) {
@@ -86,7 +139,11 @@ Tensor::Tensor(std::string name, DType dtype, std::vector<int64_t> shape, size_t
     numel_ *= d;
   }
   // One spare byte keeps data() non-null for empty tensors (a zero-length sequence).
-  storage_.assign(nbytes() + 2 * guard_ + 1, 0);
+  storage_.resize(nbytes() + 2 * guard_ + 1);
+  if (init == Init::kZero)
+    std::memset(storage_.data(), 0, storage_.size());
+  else
+    storage_.back() = 0;  // the spare byte: every byte outside the body and guards is defined
 }
 
 double Tensor::get(int64_t i) const {
@@ -188,9 +245,28 @@ U bits_at(const uint8_t* p, int64_t i) {
 }
 
 template <typename U>
-void fill_bits(uint8_t* p, int64_t n, U bits) {
+void fill_bits_serial(uint8_t* p, int64_t n, U bits) {
   for (int64_t i = 0; i < n; ++i)
     std::memcpy(p + i * static_cast<int64_t>(sizeof(U)), &bits, sizeof(U));
+}
+
+// Filling is memory-bound: outputs of 8 MiB and more are filled by every hardware thread (the
+// harness poisons every output of every case, README: Speed).
+template <typename U>
+void fill_bits(uint8_t* p, int64_t n, U bits) {
+  constexpr int64_t kParallelBytes = int64_t{8} << 20;
+  const int64_t threads = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  if (n * static_cast<int64_t>(sizeof(U)) < kParallelBytes || threads == 1)
+    return fill_bits_serial(p, n, bits);
+  const int64_t per = (n + threads - 1) / threads;
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads && t * per < n; ++t)
+    pool.emplace_back([=] {
+      fill_bits_serial(p + t * per * static_cast<int64_t>(sizeof(U)), std::min(per, n - t * per),
+                       bits);
+    });
+  fill_bits_serial(p, std::min(per, n), bits);
+  for (std::thread& t : pool) t.join();
 }
 
 // Elements equal to `bits`, and the first of them: a branch-free count first (it vectorizes),
@@ -235,11 +311,21 @@ void Tensor::poison() {
 namespace {
 void poison_pattern(DType t, uint8_t* pattern) {
   switch (t) {
-    case DType::kF32: std::memcpy(pattern, &kPoisonF32, 4); break;
-    case DType::kBF16: std::memcpy(pattern, &kPoisonBF16, 2); break;
-    case DType::kF16: std::memcpy(pattern, &kPoisonF16, 2); break;
-    case DType::kF64: std::memcpy(pattern, &kPoisonF64, 8); break;
-    default: std::memset(pattern, 0xA5, 8); break;
+    case DType::kF32:
+      std::memcpy(pattern, &kPoisonF32, 4);
+      break;
+    case DType::kBF16:
+      std::memcpy(pattern, &kPoisonBF16, 2);
+      break;
+    case DType::kF16:
+      std::memcpy(pattern, &kPoisonF16, 2);
+      break;
+    case DType::kF64:
+      std::memcpy(pattern, &kPoisonF64, 8);
+      break;
+    default:
+      std::memset(pattern, 0xA5, 8);
+      break;
   }
 }
 }  // namespace

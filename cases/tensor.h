@@ -6,6 +6,7 @@
 #include <cstring>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/common/half.h"
@@ -22,10 +23,52 @@ ScalarType scalar_from_dtype(DType t);  // for kF32 / kBF16 / kF16
 
 std::string shape_string(const std::vector<int64_t>& shape);
 
+// Tensor storage. Large blocks (outputs of long cases) are recycled: a block freed by one case
+// is handed to the next case asking for exactly as many bytes, its pages already mapped, so a
+// 32 MiB output costs a fill instead of 8192 page faults (harness overhead, README: Speed).
+// At most kRecycledBytes are kept; elements are left uninitialized by resize() (Tensor's
+// constructor fills them).
+void* storage_allocate(size_t bytes);
+void storage_free(void* p, size_t bytes) noexcept;
+constexpr size_t kRecycledMinBytes = size_t{1} << 20;
+constexpr size_t kRecycledBytes = size_t{256} << 20;
+
+template <typename T>
+struct StorageAllocator {
+  using value_type = T;
+  StorageAllocator() = default;
+  template <typename U>
+  StorageAllocator(const StorageAllocator<U>&) noexcept {}
+  T* allocate(size_t n) { return static_cast<T*>(storage_allocate(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) noexcept { storage_free(p, n * sizeof(T)); }
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;  // default-initialized: no zero fill
+  }
+  template <typename U, typename... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+  template <typename U>
+  bool operator==(const StorageAllocator<U>&) const noexcept {
+    return true;
+  }
+  template <typename U>
+  bool operator!=(const StorageAllocator<U>&) const noexcept {
+    return false;
+  }
+};
+using Storage = std::vector<uint8_t, StorageAllocator<uint8_t>>;
+
 class Tensor {
  public:
+  // How a new tensor's elements start: zeros, or unspecified bytes for a tensor that is filled
+  // at once (outputs: poison()).
+  enum class Init { kZero, kUnspecified };
+
   Tensor() = default;
-  Tensor(std::string name, DType dtype, std::vector<int64_t> shape, size_t guard_bytes = 0);
+  Tensor(std::string name, DType dtype, std::vector<int64_t> shape, size_t guard_bytes = 0,
+         Init init = Init::kZero);
 
   const std::string& name() const { return name_; }
   DType dtype() const { return dtype_; }
@@ -60,7 +103,7 @@ class Tensor {
   bool is_poisoned(int64_t i) const;
 
   // Raw storage including guards, for comparisons of whole buffers.
-  const std::vector<uint8_t>& storage() const { return storage_; }
+  const Storage& storage() const { return storage_; }
 
  private:
   std::string name_;
@@ -68,7 +111,7 @@ class Tensor {
   std::vector<int64_t> shape_;
   int64_t numel_ = 0;
   size_t guard_ = 0;
-  std::vector<uint8_t> storage_;
+  Storage storage_;
 };
 
 // An ordered set of named tensors.

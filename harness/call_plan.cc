@@ -99,10 +99,10 @@ Status execute(Backend& backend, const cases::Case& c, const cases::TensorMap& i
         if (m != TensorMajor::kToken) continue;
         const cases::Tensor& part = out.at(t.name());
         const int64_t total = L.total_tokens(), part_total = std::max<int64_t>(1, [&] {
-          int64_t s = 0;
-          for (const Piece& q : call.pieces) s += q.length;
-          return s;
-        }());
+                                                  int64_t s = 0;
+                                                  for (const Piece& q : call.pieces) s += q.length;
+                                                  return s;
+                                                }());
         const auto bytes = row_bytes(part, m, part_total, row, p.length);
         const size_t row_size = total > 0 ? t.nbytes() / static_cast<size_t>(total) : 0;
         if (!bytes.empty())

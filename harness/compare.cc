@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/parallel_for.h"
 
@@ -17,25 +19,30 @@ constexpr int64_t kBlock = int64_t{1} << 18;
 struct Partial {
   double num[4] = {0.0, 0.0, 0.0, 0.0}, den[4] = {0.0, 0.0, 0.0, 0.0};
   double ref_max_abs = 0.0, max_abs = 0.0;
+  // -1 while the block is empty; kLocateLater when its largest |Δ| has not been located yet.
   int64_t max_index = -1, non_finite = 0;
 };
+constexpr int64_t kLocateLater = -2;
 
-// One block. The sums run in four interleaved lanes: one chain of dependent additions would
-// bound this loop, which runs over every element of every output, at several cycles each.
-Partial measure_block(const double* a, const double* e, int64_t begin, int64_t end) {
+// One block, element by element. The sums run in four interleaved lanes: one chain of dependent
+// additions would bound this loop at several cycles per element. `load(i)` is element i of the
+// actual values as double.
+template <typename Load>
+Partial measure_block_exact(const Load& load, const double* e, int64_t begin, int64_t end) {
   Partial m;
   auto step = [&](int64_t i, int lane) {
     const double ref = e[i];
+    const double a = load(i);
     m.ref_max_abs = std::max(m.ref_max_abs, std::fabs(ref));
     m.den[lane] += ref * ref;
-    if (!std::isfinite(a[i])) {
+    if (!std::isfinite(a)) {
       ++m.non_finite;
       if (std::isfinite(m.max_abs)) m.max_index = i;  // the first non-finite element
       m.max_abs = INFINITY;
       m.num[lane] = INFINITY;
       return;
     }
-    const double d = std::fabs(a[i] - ref);
+    const double d = std::fabs(a - ref);
     m.num[lane] += d * d;
     if (d > m.max_abs || m.max_index < 0) {
       m.max_abs = d;
@@ -49,41 +56,211 @@ Partial measure_block(const double* a, const double* e, int64_t begin, int64_t e
   return m;
 }
 
+// The actual values of a tensor as double: fp32 and fp64 loaded four at a time below.
+struct F32Values {
+  const float* p;
+  double operator()(int64_t i) const { return p[i]; }
+};
+struct F64Values {
+  const double* p;
+  double operator()(int64_t i) const { return p[i]; }
+};
+
+// Sums and maxima of a block's four lanes.
+struct Lanes {
+  double num[4] = {0.0, 0.0, 0.0, 0.0}, den[4] = {0.0, 0.0, 0.0, 0.0};
+  double max_abs = 0.0, ref_max = 0.0;
+};
+
+// W doubles, W int64 and W floats, as GCC and Clang vector extensions.
+template <int W>
+struct Vec;
+template <>
+struct Vec<2> {
+  typedef double V __attribute__((vector_size(16)));
+  typedef int64_t Bits __attribute__((vector_size(16)));
+  typedef float F __attribute__((vector_size(8)));
+};
+template <>
+struct Vec<4> {
+  typedef double V __attribute__((vector_size(32)));
+  typedef int64_t Bits __attribute__((vector_size(32)));
+  typedef float F __attribute__((vector_size(16)));
+};
+
+// Elements [i, i + 4 * n) of a block in four lanes with vectors of W doubles (GCC and Clang
+// vector extensions): lane l takes elements i + l, i + l + 4, ... in order, whatever W, so the
+// sums have the same bits as measure_block_exact()'s. Branch-free: NaN shows in the sums.
+template <int W, typename Load>
+__attribute__((always_inline)) inline void lanes_loop(const Load& load, const double* e, int64_t i,
+                                                      int64_t n, Lanes& out) {
+  using V = typename Vec<W>::V;
+  using VBits = typename Vec<W>::Bits;
+  constexpr int kRegs = 4 / W;
+  VBits magnitude;
+  for (int l = 0; l < W; ++l) magnitude[l] = INT64_MAX;
+  V num[kRegs], den[kRegs], mx[kRegs], rmx[kRegs];
+  for (int r = 0; r < kRegs; ++r) num[r] = den[r] = mx[r] = rmx[r] = V{} * 0.0;
+  for (int64_t k = 0; k < n; ++k, i += 4)
+    for (int r = 0; r < kRegs; ++r) {
+      const int64_t j = i + r * W;
+      V ref, a;
+      std::memcpy(&ref, e + j, sizeof(V));
+      if constexpr (std::is_same_v<Load, F32Values>) {
+        typename Vec<W>::F f;
+        std::memcpy(&f, load.p + j, sizeof(f));
+        a = __builtin_convertvector(f, V);
+      } else if constexpr (std::is_same_v<Load, F64Values>) {
+        std::memcpy(&a, load.p + j, sizeof(V));
+      } else {
+        for (int l = 0; l < W; ++l) a[l] = load(j + l);
+      }
+      // |x| clears the sign bit; max(m, x) is `m < x ? x : m` per lane.
+      const V d = reinterpret_cast<V>(reinterpret_cast<VBits>(a - ref) & magnitude);
+      const V r_abs = reinterpret_cast<V>(reinterpret_cast<VBits>(ref) & magnitude);
+      num[r] += d * d;
+      den[r] += ref * ref;
+      const VBits more = mx[r] < d, ref_more = rmx[r] < r_abs;
+      mx[r] = reinterpret_cast<V>((reinterpret_cast<VBits>(d) & more) |
+                                  (reinterpret_cast<VBits>(mx[r]) & ~more));
+      rmx[r] = reinterpret_cast<V>((reinterpret_cast<VBits>(r_abs) & ref_more) |
+                                   (reinterpret_cast<VBits>(rmx[r]) & ~ref_more));
+    }
+  for (int r = 0; r < kRegs; ++r)
+    for (int l = 0; l < W; ++l) {
+      out.num[r * W + l] = num[r][l];
+      out.den[r * W + l] = den[r][l];
+      out.max_abs = out.max_abs < mx[r][l] ? mx[r][l] : out.max_abs;
+      out.ref_max = out.ref_max < rmx[r][l] ? rmx[r][l] : out.ref_max;
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// AVX2 where the CPU has it (no FMA: `num += d * d` stays a multiply and an add, so the bits are
+// those of the two-lane loop).
+template <typename Load>
+__attribute__((target("avx2"))) void lanes_loop_avx2(const Load& load, const double* e, int64_t i,
+                                                     int64_t n, Lanes& out) {
+  lanes_loop<4>(load, e, i, n, out);
+}
+bool have_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+}
+#endif
+
+// The same block without branches: the same four lanes in the same order, so the same sums; the
+// largest |Δ| is located afterwards, only in the block that holds it. Where anything is not
+// finite (an unwritten NaN, an overflow) the block is measured element by element instead, which
+// gives it the meaning measure_block_exact() defines.
+template <typename Load>
+Partial measure_block(const Load& load, const double* e, int64_t begin, int64_t end) {
+  Partial m;
+  if (end <= begin) return m;
+  Lanes lanes;
+  const int64_t quads = (end - begin) / 4;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (have_avx2())
+    lanes_loop_avx2(load, e, begin, quads, lanes);
+  else
+#endif
+    lanes_loop<2>(load, e, begin, quads, lanes);
+  for (int64_t i = begin + 4 * quads; i < end; ++i) {  // the tail goes to lane 0, as in _exact
+    const double ref = e[i];
+    const double d = std::fabs(load(i) - ref);
+    lanes.num[0] += d * d;
+    lanes.den[0] += ref * ref;
+    lanes.max_abs = lanes.max_abs < d ? d : lanes.max_abs;
+    lanes.ref_max = std::max(lanes.ref_max, std::fabs(ref));
+  }
+  const double sum = (lanes.num[0] + lanes.num[1]) + (lanes.num[2] + lanes.num[3]);
+  const double ref_sum = (lanes.den[0] + lanes.den[1]) + (lanes.den[2] + lanes.den[3]);
+  if (!std::isfinite(sum) || !std::isfinite(ref_sum))
+    return measure_block_exact(load, e, begin, end);
+  for (int l = 0; l < 4; ++l) m.num[l] = lanes.num[l], m.den[l] = lanes.den[l];
+  m.max_abs = lanes.max_abs;
+  m.ref_max_abs = lanes.ref_max;
+  m.max_index = kLocateLater;
+  return m;
+}
+
+// The first element of [begin, end) whose |Δ| is max_abs.
+template <typename Load>
+int64_t locate(const Load& load, const double* e, int64_t begin, int64_t end, double max_abs) {
+  for (int64_t i = begin; i < end; ++i)
+    if (std::fabs(load(i) - e[i]) == max_abs) return i;
+  return begin;  // not reached: max_abs is one of the block's |Δ|
+}
+
 // fn(i) for i in [0, n), on every hardware thread when there is more than one block of work.
 template <typename Fn>
 void for_each_block(int64_t n, Fn&& fn) {
   kernels::cpu::parallel_for(n, n > 1 ? 0 : 1, fn);
 }
 
-}  // namespace
-
-Metrics measure(const std::vector<double>& a, const std::vector<double>& e, int64_t begin,
-                int64_t end) {
+template <typename Load>
+Metrics measure_with(const Load& load, const std::vector<double>& e, int64_t begin, int64_t end) {
   const int64_t blocks = std::max<int64_t>(1, (end - begin + kBlock - 1) / kBlock);
   std::vector<Partial> parts(static_cast<size_t>(blocks));
   for_each_block(blocks, [&](int64_t b) {
-    parts[b] = measure_block(a.data(), e.data(), begin + b * kBlock,
-                             std::min(end, begin + (b + 1) * kBlock));
+    parts[b] =
+        measure_block(load, e.data(), begin + b * kBlock, std::min(end, begin + (b + 1) * kBlock));
   });
   // Blocks combined in order: the first largest |Δ| (or first non-finite element) wins, as in
   // one pass from the start.
   Metrics m;
   Partial all;
-  for (const Partial& p : parts) {
+  int64_t winner = -1;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const Partial& p = parts[b];
     for (int l = 0; l < 4; ++l) all.num[l] += p.num[l], all.den[l] += p.den[l];
     m.ref_max_abs = std::max(m.ref_max_abs, p.ref_max_abs);
     m.non_finite += p.non_finite;
-    if (p.max_index >= 0 && (p.max_abs > m.max_abs || m.max_index < 0)) {
+    if (p.max_index != -1 && (p.max_abs > m.max_abs || winner < 0)) {
       m.max_abs = p.max_abs;
       m.max_index = p.max_index;
+      winner = b;
     }
   }
+  if (m.max_index == kLocateLater)
+    m.max_index = locate(load, e.data(), begin + winner * kBlock,
+                         std::min(end, begin + (winner + 1) * kBlock), m.max_abs);
   const double num = (all.num[0] + all.num[1]) + (all.num[2] + all.num[3]);
   const double den = (all.den[0] + all.den[1]) + (all.den[2] + all.den[3]);
   m.count = end - begin;
   m.rel_rms = den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
   m.nmse = m.rel_rms * m.rel_rms;
   return m;
+}
+
+}  // namespace
+
+Metrics measure(const std::vector<double>& a, const std::vector<double>& e, int64_t begin,
+                int64_t end) {
+  return measure_with(F64Values{a.data()}, e, begin, end);
+}
+
+Metrics measure(const cases::Tensor& a, const std::vector<double>& e, int64_t begin, int64_t end) {
+  switch (a.dtype()) {
+    case cases::DType::kF32: {
+      return measure_with(F32Values{a.as<float>()}, e, begin, end);
+    }
+    case cases::DType::kBF16: {
+      const uint16_t* p = a.as<uint16_t>();
+      return measure_with([p](int64_t i) { return static_cast<double>(bf16_to_float(p[i])); }, e,
+                          begin, end);
+    }
+    case cases::DType::kF16: {
+      const uint16_t* p = a.as<uint16_t>();
+      return measure_with([p](int64_t i) { return static_cast<double>(fp16_to_float(p[i])); }, e,
+                          begin, end);
+    }
+    case cases::DType::kF64: {
+      return measure_with(F64Values{a.as<double>()}, e, begin, end);
+    }
+    default:
+      return measure_with([&a](int64_t i) { return a.get(i); }, e, begin, end);
+  }
 }
 
 int64_t first_token_over(const std::vector<double>& a, const std::vector<double>& e, int64_t begin,

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "cases/tensor.h"
+
 namespace deltacheck::harness {
 
 struct Metrics {
@@ -19,6 +21,10 @@ struct Metrics {
 
 Metrics measure(const std::vector<double>& actual, const std::vector<double>& expected,
                 int64_t begin, int64_t end);
+// The same for a tensor's own elements, converted to double on the fly (exactly, so the result
+// has the same bits as measure(actual.to_double(), ...) without the FP64 copy).
+Metrics measure(const cases::Tensor& actual, const std::vector<double>& expected, int64_t begin,
+                int64_t end);
 
 // First token (0-based, within [begin, end)) whose largest |Δ| exceeds max_abs; -1 if none.
 int64_t first_token_over(const std::vector<double>& actual, const std::vector<double>& expected,

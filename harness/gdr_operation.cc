@@ -99,7 +99,8 @@ Values evaluate_pooled(const cases::Case& c, const TensorMap& in, Evaluate eval)
     const int64_t dst = token_row(d.layout, p.seq, 0);
     const bool last = !spec || p.length == d.layout.lengths[p.seq];
     if (last) {
-      for (int64_t j = 0; j < p.length * row; ++j) out["o"][dst * row + j] = r.at("o")[token * row + j];
+      for (int64_t j = 0; j < p.length * row; ++j)
+        out["o"][dst * row + j] = r.at("o")[token * row + j];
       for (int64_t j = 0; j < per; ++j)
         out["state_pool"][slots[p.seq] * per + j] = r.at("final_state")[i * per + j];
     }
@@ -163,8 +164,10 @@ class GdrOperation : public Operation {
         s.push_back({i, i * d.T * per_state, (i + 1) * d.T * per_state, per_state});
       } else if (output == "state_pool") {
         const int32_t slot = cases::gdr_pool_slots(c)[i];
-        if (slot >= 0) s.push_back({i, slot * per_state, (slot + 1) * per_state, 0});
-        else s.push_back({i, 0, 0, 0});
+        if (slot >= 0)
+          s.push_back({i, slot * per_state, (slot + 1) * per_state, 0});
+        else
+          s.push_back({i, 0, 0, 0});
       } else {
         s.push_back({i, i * per_state, (i + 1) * per_state, 0});
       }

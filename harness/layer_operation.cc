@@ -185,9 +185,9 @@ class LayerOperation : public Operation {
   std::vector<SeqSlice> slices(const cases::Case& c, const std::string& output) const override {
     const Dims d = dims(c);
     const auto cu = d.L.cu_seqlens();
-    const int64_t per = output == "o"                ? d.HV * d.V
-                        : output == "final_state"    ? d.HV * d.K * d.V
-                                                     : d.D * (d.W - 1);
+    const int64_t per = output == "o"             ? d.HV * d.V
+                        : output == "final_state" ? d.HV * d.K * d.V
+                                                  : d.D * (d.W - 1);
     std::vector<SeqSlice> s;
     for (int64_t i = 0; i < d.N; ++i) {
       if (output == "o")

@@ -49,8 +49,7 @@ std::vector<double> row_values(const std::vector<double>& v, int64_t total_rows,
   return std::vector<double>(v.begin() + first * row, v.begin() + (first + count) * row);
 }
 
-Repacked repack(const cases::Case& c, const cases::TensorMap& in,
-                const std::vector<Piece>& pieces,
+Repacked repack(const cases::Case& c, const cases::TensorMap& in, const std::vector<Piece>& pieces,
                 const std::vector<std::pair<std::string, std::string>>& overrides) {
   const Operation& op = operation_for(c);
   const cases::Layout L = cases::Layout::parse(c.get("layout"));

@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "cases/generate.h"
@@ -50,7 +52,10 @@ bool in_ranges(const std::vector<ElementRange>& rs, int64_t i) {
 
 // Output integrity before any number is compared: guard bands, then unwritten elements (outside
 // the ranges the operation does not care about), then elements that must not change.
-std::string integrity_problem(const PreparedCase& pc, const cases::TensorMap& outputs) {
+// `all_finite` names outputs already measured with no non-finite element: floating-point poison
+// is a NaN, so they cannot hold any and are not scanned again.
+std::string integrity_problem(const PreparedCase& pc, const cases::TensorMap& outputs,
+                              const std::set<std::string>& all_finite = {}) {
   for (const OutputSpec& spec : pc.outputs) {
     const cases::Tensor* t = outputs.find(spec.name);
     if (!t) return fmt::format("output '{}' missing", spec.name);
@@ -58,7 +63,7 @@ std::string integrity_problem(const PreparedCase& pc, const cases::TensorMap& ou
       return fmt::format("wrote outside output '{}' (guard band of {} bytes changed)", t->name(),
                          kGuardBytes);
     int64_t first = -1;
-    if (t->count_poisoned(&first) > 0) {
+    if (!all_finite.count(spec.name) && t->count_poisoned(&first) > 0) {
       int64_t n = 0;
       first = -1;
       for (int64_t i = 0; i < t->numel(); ++i)
@@ -164,7 +169,8 @@ PreparedCase prepare(const cases::Case& c, const cases::GenOptions& options) {
 cases::TensorMap allocate_outputs(const std::vector<OutputSpec>& specs) {
   cases::TensorMap out;
   for (const OutputSpec& s : specs) {
-    cases::Tensor& t = out.add(cases::Tensor(s.name, s.dtype, s.shape, kGuardBytes));
+    cases::Tensor& t = out.add(
+        cases::Tensor(s.name, s.dtype, s.shape, kGuardBytes, cases::Tensor::Init::kUnspecified));
     t.fill_guards(kGuardPattern);
     t.poison();
   }
@@ -174,12 +180,25 @@ cases::TensorMap allocate_outputs(const std::vector<OutputSpec>& specs) {
 CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
                  const std::string& backend_name, bool allow_degenerate) {
   CaseResult r = base_result(pc, backend_name);
-  if (std::string problem = integrity_problem(pc, outputs); !problem.empty())
-    return with_verdict(std::move(r), problem.rfind("changed", 0) == 0 ? Verdict::kFail
-                                                                        : Verdict::kError,
-                        problem);
-
   const Operation& op = operation_for(pc.c);
+  // Outputs compared with a tolerance are measured first, on their typed elements in one
+  // threaded pass each; one without a NaN or infinity holds no poison either.
+  std::map<std::string, Metrics> measured;
+  std::set<std::string> all_finite;
+  if (!op.exact(pc.c))
+    for (const OutputSpec& spec : pc.outputs) {
+      const cases::Tensor* t = outputs.find(spec.name);
+      if (!t || t->shape() != spec.shape || t->dtype() != spec.dtype ||
+          !cases::is_floating(spec.dtype) || !spec.dont_care.empty())
+        continue;
+      const Metrics m = measure(*t, pc.expected.at(spec.name), 0, t->numel());
+      measured[spec.name] = m;
+      if (m.non_finite == 0) all_finite.insert(spec.name);
+    }
+  if (std::string problem = integrity_problem(pc, outputs, all_finite); !problem.empty())
+    return with_verdict(
+        std::move(r), problem.rfind("changed", 0) == 0 ? Verdict::kFail : Verdict::kError, problem);
+
   const int64_t n = static_cast<int64_t>(r.seq_lengths.size());
   std::vector<bool> seq_bad(static_cast<size_t>(n), false);
   bool any_bad = false, all_zero = true;
@@ -189,11 +208,25 @@ CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
     if (!t || t->shape() != spec.shape || t->dtype() != spec.dtype)
       return with_verdict(std::move(r), Verdict::kError,
                           fmt::format("output '{}' missing or malformed", spec.name));
-    std::vector<double> actual = t->to_double();
     const std::vector<double>& expected = pc.expected.at(spec.name);
-    for (const ElementRange& dc : spec.dont_care)  // not compared: take the expectation
-      for (int64_t i = dc.begin; i < dc.end; ++i) actual[i] = expected[i];
+    // The output as double, made only where needed (exact comparison, don't-care ranges, a
+    // failure to locate): a passing case is measured on the typed output in one pass.
+    std::vector<double> actual;
+    bool have_actual = false;
+    auto materialize = [&] {
+      if (have_actual) return;
+      actual = t->to_double();
+      for (const ElementRange& dc : spec.dont_care)  // not compared: take the expectation
+        for (int64_t i = dc.begin; i < dc.end; ++i) actual[i] = expected[i];
+      have_actual = true;
+    };
+    if (!spec.dont_care.empty()) materialize();
+    auto measure_actual = [&](int64_t begin, int64_t end) {
+      return have_actual ? measure(actual, expected, begin, end)
+                         : measure(*t, expected, begin, end);
+    };
     if (op.exact(pc.c)) {
+      materialize();
       all_zero = false;  // a mask of zeros is a meaningful answer
       TensorReport tr = judge_exact(pc, spec, actual, expected, seq_bad);
       if (!tr.ok && first_problem.empty()) {
@@ -213,15 +246,15 @@ CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
     TensorReport tr;
     tr.name = spec.name;
     tr.dtype = cases::dtype_name(spec.dtype);
-    const int64_t numel = static_cast<int64_t>(actual.size());
+    const int64_t numel = t->numel();
     const auto cached = pc.baseline_metrics.find(spec.name);
     const std::vector<Metrics>* base_m =
         cached == pc.baseline_metrics.end() ? nullptr : &cached->second;
-    tr.metrics = measure(actual, expected, 0, numel);
+    const auto pre = measured.find(spec.name);
+    tr.metrics = pre != measured.end() ? pre->second : measure_actual(0, numel);
     tr.baseline = base_m ? (*base_m)[0] : measure(base, expected, 0, numel);
-    tr.threshold =
-        threshold(spec.precision.value_or(spec.dtype), tr.baseline.rel_rms, tr.baseline.max_abs,
-                  tr.metrics.ref_max_abs, spec.ceiling_factor);
+    tr.threshold = threshold(spec.precision.value_or(spec.dtype), tr.baseline.rel_rms,
+                             tr.baseline.max_abs, tr.metrics.ref_max_abs, spec.ceiling_factor);
     tr.ok = within(tr.threshold, tr.metrics.rel_rms, tr.metrics.max_abs, tr.metrics.non_finite);
     if (tr.metrics.max_abs > tr.threshold.resolution)
       r.margin = std::max({r.margin, tr.metrics.rel_rms / tr.threshold.rel_rms,
@@ -238,7 +271,7 @@ CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
       }
       // A sequence spanning the whole tensor has the tensor's metrics (no second pass).
       const bool whole = s.begin == 0 && s.end == numel;
-      sr.metrics = whole ? tr.metrics : measure(actual, expected, s.begin, s.end);
+      sr.metrics = whole ? tr.metrics : measure_actual(s.begin, s.end);
       const Metrics b = whole    ? tr.baseline
                         : base_m ? (*base_m)[si + 1]
                                  : measure(base, expected, s.begin, s.end);
@@ -249,6 +282,7 @@ CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
       sr.threshold.rel_rms = std::max(sr.threshold.rel_rms, tr.threshold.rel_rms);
       sr.ok = within(sr.threshold, sr.metrics.rel_rms, sr.metrics.max_abs, sr.metrics.non_finite);
       if (!sr.ok) {
+        materialize();
         sr.first_bad_token =
             first_token_over(actual, expected, s.begin, s.end, s.per_token, sr.threshold.max_abs);
         seq_bad[s.seq] = true;
@@ -261,6 +295,7 @@ CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
     }
     // Token errors feed the failure plots: computed for tensors that failed only.
     if (!tr.ok && (spec.name == "o" || !tr.seqs.empty())) {
+      materialize();
       const auto& sl = slices;
       if (!sl.empty() && sl.front().per_token > 0)
         tr.token_error = token_errors(actual, expected, 0, numel, sl.front().per_token);
