@@ -275,11 +275,8 @@ CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
       const Metrics b = whole    ? tr.baseline
                         : base_m ? (*base_m)[si + 1]
                                  : measure(base, expected, s.begin, s.end);
-      sr.threshold = threshold(spec.precision.value_or(spec.dtype), b.rel_rms, b.max_abs,
-                               sr.metrics.ref_max_abs, spec.ceiling_factor);
-      // A sequence may be as far off, relatively, as the tensor as a whole: a short sequence's
-      // own baseline error is a small sample and can be luckily small.
-      sr.threshold.rel_rms = std::max(sr.threshold.rel_rms, tr.threshold.rel_rms);
+      sr.threshold = sequence_threshold(spec.precision.value_or(spec.dtype), b.rel_rms, b.max_abs,
+                                        sr.metrics.ref_max_abs, tr.threshold);
       sr.ok = within(sr.threshold, sr.metrics.rel_rms, sr.metrics.max_abs, sr.metrics.non_finite);
       if (!sr.ok) {
         materialize();

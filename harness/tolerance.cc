@@ -29,6 +29,16 @@ Threshold threshold(cases::DType t, double base_rel, double base_abs, double ref
   return th;
 }
 
+Threshold sequence_threshold(cases::DType t, double base_rel, double base_abs, double ref_max_abs,
+                             const Threshold& tensor) {
+  const DTypeTolerance d = dtype_tolerance(t);
+  Threshold th;
+  th.rel_rms = std::max(tensor.rel_rms, TolerancePolicy::kFactor * base_rel + d.rel_floor);
+  th.max_abs = TolerancePolicy::kFactor * base_abs + d.abs_floor_frac * ref_max_abs;
+  th.resolution = d.resolution;
+  return th;
+}
+
 bool within(const Threshold& t, double rel_rms, double max_abs, int64_t non_finite) {
   if (non_finite > 0) return false;
   if (max_abs <= t.resolution) return true;
@@ -38,7 +48,7 @@ bool within(const Threshold& t, double rel_rms, double max_abs, int64_t non_fini
 std::string describe_policy() {
   return fmt::format(
       "{}: err <= {} x err(same-precision recurrence) + floor, rel_rms ceiling "
-      "fp32 {:.0e} / bf16 {:.0e} / fp16 {:.0e} (x2 for the whole layer)",
+      "fp32 {:.0e} / bf16 {:.0e} / fp16 {:.0e} per tensor (x2 for the whole layer)",
       TolerancePolicy::kId, TolerancePolicy::kFactor,
       dtype_tolerance(cases::DType::kF32).rel_ceiling,
       dtype_tolerance(cases::DType::kBF16).rel_ceiling,
