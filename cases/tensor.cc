@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "cases/fork_guard.h"
+
 namespace deltacheck::cases {
 
 const char* dtype_name(DType t) {
@@ -100,6 +102,7 @@ Recycled& recycled() {
 
 void* storage_allocate(size_t bytes) {
   if (bytes >= kRecycledMinBytes) {
+    const NoForkSection no_fork;  // a forked child allocates from the pool too
     Recycled& r = recycled();
     std::lock_guard<std::mutex> lock(r.mu);
     for (size_t i = r.blocks.size(); i-- > 0;)
@@ -115,6 +118,7 @@ void* storage_allocate(size_t bytes) {
 
 void storage_free(void* p, size_t bytes) noexcept {
   if (bytes >= kRecycledMinBytes && bytes <= kRecycledBytes) {
+    const NoForkSection no_fork;
     Recycled& r = recycled();
     std::lock_guard<std::mutex> lock(r.mu);
     // Oldest blocks go first when the newest would not fit.

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <limits>
 
+#include "cases/fork_guard.h"
 #include "cases/generate.h"
 #include "cases/generator_version.h"
 #include "cases/input_checks.h"
@@ -499,10 +500,14 @@ struct FixtureWriter::Impl {
 };
 
 FixtureWriter::FixtureWriter() : impl_(std::make_unique<Impl>()) {}
-FixtureWriter::~FixtureWriter() = default;
+FixtureWriter::~FixtureWriter() {
+  const cases::NoForkSection no_fork;
+  impl_.reset();
+}
 const std::string& FixtureWriter::temp_path() const { return impl_->temp; }
 
 Status FixtureWriter::open(const std::string& path, const FileInfo& info) {
+  const cases::NoForkSection no_fork;  // HDF5 holds a library-wide lock
   quiet_hdf5();
   if (!impl_->temp.empty()) return Status::Internal("fixture writer already open");
   impl_->path = path;
@@ -541,6 +546,7 @@ Status FixtureWriter::open(const std::string& path, const FileInfo& info) {
 }
 
 Status FixtureWriter::add(const FixtureCase& fc) {
+  const cases::NoForkSection no_fork;  // HDF5 holds a library-wide lock
   quiet_hdf5();
   if (!impl_->file.ok()) return Status::Internal("fixture writer not open");
   const std::string id = fc.c.id(), name = escape_case_id(id);
@@ -608,6 +614,7 @@ Status FixtureWriter::add(const FixtureCase& fc) {
 }
 
 Status FixtureWriter::commit() {
+  const cases::NoForkSection no_fork;  // HDF5 holds a library-wide lock
   quiet_hdf5();
   if (!impl_->file.ok()) return Status::Internal("fixture writer not open");
   if (!impl_->file.reset()) return invalid("cannot finish writing" + hdf5_detail());
@@ -637,12 +644,16 @@ struct FixtureReader::Impl {
 };
 
 FixtureReader::FixtureReader() : impl_(std::make_unique<Impl>()) {}
-FixtureReader::~FixtureReader() = default;
+FixtureReader::~FixtureReader() {
+  const cases::NoForkSection no_fork;
+  impl_.reset();
+}
 const FileInfo& FixtureReader::info() const { return impl_->info; }
 void FixtureReader::set_max_bytes(int64_t bytes) { impl_->max_bytes = bytes; }
 const std::vector<std::string>& FixtureReader::case_groups() const { return impl_->groups; }
 
 Status FixtureReader::open(const std::string& path) {
+  const cases::NoForkSection no_fork;  // HDF5 holds a library-wide lock
   quiet_hdf5();
   impl_->path = path;
   struct stat st;
@@ -679,6 +690,7 @@ Status FixtureReader::open(const std::string& path) {
 }
 
 StatusOr<FixtureCase> FixtureReader::read(size_t index) const {
+  const cases::NoForkSection no_fork;  // HDF5 holds a library-wide lock
   quiet_hdf5();
   if (!impl_->file.ok()) return Status::Internal("fixture reader not open");
   if (index >= impl_->groups.size()) return Status::Internal("case index out of range");
@@ -802,6 +814,7 @@ StatusOr<FixtureCase> FixtureReader::read(size_t index) const {
 Status write_input_file(const std::string& path, const cases::Case& c,
                         const cases::TensorMap& inputs,
                         const std::vector<harness::OutputSpec>& outputs) {
+  const cases::NoForkSection no_fork;  // HDF5 holds a library-wide lock
   FixtureWriter w;
   FileInfo info;
   info.producer = "deltacheck external backend";
@@ -817,6 +830,7 @@ Status write_input_file(const std::string& path, const cases::Case& c,
 }
 
 Status read_output_file(const std::string& path, cases::TensorMap& outputs) {
+  const cases::NoForkSection no_fork;  // HDF5 holds a library-wide lock
   quiet_hdf5();
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return invalid("the program wrote no output file {out}");
@@ -873,6 +887,7 @@ Status read_output_file(const std::string& path, cases::TensorMap& outputs) {
 }
 
 Status write_output_file(const std::string& path, const cases::TensorMap& outputs) {
+  const cases::NoForkSection no_fork;  // HDF5 holds a library-wide lock
   quiet_hdf5();
   Hid fcpl = plist_h(H5Pcreate(H5P_FILE_CREATE));
   H5Pset_obj_track_times(fcpl.get(), false);

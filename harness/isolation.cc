@@ -16,6 +16,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "cases/fork_guard.h"
+
 namespace deltacheck::harness {
 namespace {
 
@@ -107,12 +109,18 @@ Status run_isolated(const std::function<Status(cases::TensorMap&)>& fn, cases::T
   new (shared.data()) Report();
 
   const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) return Status::Internal(std::string("isolation: fork failed: ") + strerror(errno));
-  if (pid == 0) {
-    if (getppid() != parent) _exit(1);  // the parent died before PR_SET_PDEATHSIG could see it
-    child_main(fn, outputs, shared.data());
+  pid_t pid;
+  {
+    // No other thread may be inside HDF5 or the storage pool at the fork: the child uses both.
+    cases::ForkSection fork_section;
+    pid = fork();
+    if (pid == 0) {
+      fork_section.in_child();
+      if (getppid() != parent) _exit(1);  // the parent died before PR_SET_PDEATHSIG could see it
+      child_main(fn, outputs, shared.data());
+    }
   }
+  if (pid < 0) return Status::Internal(std::string("isolation: fork failed: ") + strerror(errno));
 
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::chrono::duration<double>(std::max(0.0, options.timeout_s));

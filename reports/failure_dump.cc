@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "cases/fork_guard.h"
 #include "cases/generator_version.h"
 #include "golden/format.h"
 #include "harness/tolerance.h"
@@ -133,6 +134,7 @@ std::string dump_file_name(const std::string& case_id, const std::string& backen
 Status write_failure_dump(const std::string& path, const harness::PreparedCase& pc,
                           const cases::TensorMap& outputs, const harness::CaseResult& r,
                           const std::string& rerun) {
+  const cases::NoForkSection no_fork;  // HDF5 holds a library-wide lock
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   const size_t slash = path.rfind('/');
@@ -166,6 +168,7 @@ Status write_failure_dump(const std::string& path, const harness::PreparedCase& 
 }
 
 FailureDump read_failure_dump(const std::string& path) {
+  const cases::NoForkSection no_fork;  // HDF5 holds a library-wide lock
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   FailureDump d;
   golden::FixtureReader reader;
