@@ -2,6 +2,7 @@
 #include "harness/compare.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -71,6 +72,9 @@ struct Lanes {
   double num[4] = {0.0, 0.0, 0.0, 0.0}, den[4] = {0.0, 0.0, 0.0, 0.0};
   double max_abs = 0.0, ref_max = 0.0;
 };
+
+// Tests: the two-lane loop on a machine that has AVX2 (set_portable_measure()).
+std::atomic<bool> g_portable_only{false};
 
 // W doubles, W int64 and W floats, as GCC and Clang vector extensions.
 template <int W>
@@ -144,8 +148,11 @@ __attribute__((target("avx2"))) void lanes_loop_avx2(const Load& load, const dou
   lanes_loop<4>(load, e, i, n, out);
 }
 bool have_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2");
-  return yes;
+  static const bool yes = [] {
+    __builtin_cpu_init();  // (needed where this runs before the runtime's own initializer)
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return yes && !g_portable_only.load(std::memory_order_relaxed);
 }
 #endif
 
@@ -234,6 +241,8 @@ Metrics measure_with(const Load& load, const std::vector<double>& e, int64_t beg
 }
 
 }  // namespace
+
+void set_portable_measure(bool portable) { g_portable_only = portable; }
 
 Metrics measure(const std::vector<double>& a, const std::vector<double>& e, int64_t begin,
                 int64_t end) {

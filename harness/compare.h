@@ -26,6 +26,10 @@ Metrics measure(const std::vector<double>& actual, const std::vector<double>& ex
 Metrics measure(const cases::Tensor& actual, const std::vector<double>& expected, int64_t begin,
                 int64_t end);
 
+// Tests only: measure with the portable two-lane loop even where the CPU has AVX2 (the results
+// must not differ by a bit).
+void set_portable_measure(bool portable);
+
 // First token (0-based, within [begin, end)) whose largest |Δ| exceeds max_abs; -1 if none.
 int64_t first_token_over(const std::vector<double>& actual, const std::vector<double>& expected,
                          int64_t begin, int64_t end, int64_t per_token, double max_abs);

@@ -94,6 +94,10 @@ TEST_P(TypedMeasure, SameBitsAsTheDoubleValuesAndTheDefinition) {
       SCOPED_TRACE(::testing::Message() << what << " [" << b << ", " << n << ")");
       const Metrics typed = measure(t, e, b, n), values = measure(a, e, b, n);
       expect_same_bits(typed, values, what);
+      set_portable_measure(true);  // the two-lane loop of machines without AVX2
+      const Metrics portable = measure(t, e, b, n);
+      set_portable_measure(false);
+      expect_same_bits(portable, typed, what);
       expect_definition(typed, plain(a, e, b, n));
     }
   };
