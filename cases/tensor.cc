@@ -5,9 +5,9 @@
 #include <cmath>
 #include <mutex>
 #include <stdexcept>
-#include <thread>
 
 #include "cases/fork_guard.h"
+#include "kernels/cpu/parallel_for.h"
 
 namespace deltacheck::cases {
 
@@ -259,18 +259,13 @@ void fill_bits_serial(uint8_t* p, int64_t n, U bits) {
 template <typename U>
 void fill_bits(uint8_t* p, int64_t n, U bits) {
   constexpr int64_t kParallelBytes = int64_t{8} << 20;
-  const int64_t threads = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  if (n * static_cast<int64_t>(sizeof(U)) < kParallelBytes || threads == 1)
-    return fill_bits_serial(p, n, bits);
-  const int64_t per = (n + threads - 1) / threads;
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads && t * per < n; ++t)
-    pool.emplace_back([=] {
-      fill_bits_serial(p + t * per * static_cast<int64_t>(sizeof(U)), std::min(per, n - t * per),
-                       bits);
-    });
-  fill_bits_serial(p, std::min(per, n), bits);
-  for (std::thread& t : pool) t.join();
+  if (n * static_cast<int64_t>(sizeof(U)) < kParallelBytes) return fill_bits_serial(p, n, bits);
+  const int64_t parts = kernels::cpu::resolve_threads(0);
+  const int64_t per = (n + parts - 1) / parts;
+  kernels::cpu::parallel_for(parts, parts, [&](int64_t t) {
+    const int64_t begin = std::min(n, t * per);
+    fill_bits_serial(p + begin * static_cast<int64_t>(sizeof(U)), std::min(per, n - begin), bits);
+  });
 }
 
 // Elements equal to `bits`, and the first of them: a branch-free count first (it vectorizes),

@@ -67,12 +67,6 @@ struct F64Values {
   double operator()(int64_t i) const { return p[i]; }
 };
 
-// Sums and maxima of a block's four lanes.
-struct Lanes {
-  double num[4] = {0.0, 0.0, 0.0, 0.0}, den[4] = {0.0, 0.0, 0.0, 0.0};
-  double max_abs = 0.0, ref_max = 0.0;
-};
-
 // Tests: the two-lane loop on a machine that has AVX2 (set_portable_measure()).
 std::atomic<bool> g_portable_only{false};
 
@@ -92,12 +86,12 @@ struct Vec<4> {
   typedef float F __attribute__((vector_size(16)));
 };
 
-// Elements [i, i + 4 * n) of a block in four lanes with vectors of W doubles (GCC and Clang
-// vector extensions): lane l takes elements i + l, i + l + 4, ... in order, whatever W, so the
-// sums have the same bits as measure_block_exact()'s. Branch-free: NaN shows in the sums.
+// Elements [i, i + 4 * n) of a block into `out`'s four lanes with vectors of W doubles (GCC and
+// Clang vector extensions): lane l takes elements i + l, i + l + 4, ... in order, whatever W, so
+// the sums have the same bits as measure_block_exact()'s. Branch-free: NaN shows in the sums.
 template <int W, typename Load>
 __attribute__((always_inline)) inline void lanes_loop(const Load& load, const double* e, int64_t i,
-                                                      int64_t n, Lanes& out) {
+                                                      int64_t n, Partial& out) {
   using V = typename Vec<W>::V;
   using VBits = typename Vec<W>::Bits;
   constexpr int kRegs = 4 / W;
@@ -135,7 +129,7 @@ __attribute__((always_inline)) inline void lanes_loop(const Load& load, const do
       out.num[r * W + l] = num[r][l];
       out.den[r * W + l] = den[r][l];
       out.max_abs = out.max_abs < mx[r][l] ? mx[r][l] : out.max_abs;
-      out.ref_max = out.ref_max < rmx[r][l] ? rmx[r][l] : out.ref_max;
+      out.ref_max_abs = out.ref_max_abs < rmx[r][l] ? rmx[r][l] : out.ref_max_abs;
     }
 }
 
@@ -144,7 +138,7 @@ __attribute__((always_inline)) inline void lanes_loop(const Load& load, const do
 // those of the two-lane loop).
 template <typename Load>
 __attribute__((target("avx2"))) void lanes_loop_avx2(const Load& load, const double* e, int64_t i,
-                                                     int64_t n, Lanes& out) {
+                                                     int64_t n, Partial& out) {
   lanes_loop<4>(load, e, i, n, out);
 }
 bool have_avx2() {
@@ -164,29 +158,25 @@ template <typename Load>
 Partial measure_block(const Load& load, const double* e, int64_t begin, int64_t end) {
   Partial m;
   if (end <= begin) return m;
-  Lanes lanes;
   const int64_t quads = (end - begin) / 4;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   if (have_avx2())
-    lanes_loop_avx2(load, e, begin, quads, lanes);
+    lanes_loop_avx2(load, e, begin, quads, m);
   else
 #endif
-    lanes_loop<2>(load, e, begin, quads, lanes);
+    lanes_loop<2>(load, e, begin, quads, m);
   for (int64_t i = begin + 4 * quads; i < end; ++i) {  // the tail goes to lane 0, as in _exact
     const double ref = e[i];
     const double d = std::fabs(load(i) - ref);
-    lanes.num[0] += d * d;
-    lanes.den[0] += ref * ref;
-    lanes.max_abs = lanes.max_abs < d ? d : lanes.max_abs;
-    lanes.ref_max = std::max(lanes.ref_max, std::fabs(ref));
+    m.num[0] += d * d;
+    m.den[0] += ref * ref;
+    m.max_abs = m.max_abs < d ? d : m.max_abs;
+    m.ref_max_abs = std::max(m.ref_max_abs, std::fabs(ref));
   }
-  const double sum = (lanes.num[0] + lanes.num[1]) + (lanes.num[2] + lanes.num[3]);
-  const double ref_sum = (lanes.den[0] + lanes.den[1]) + (lanes.den[2] + lanes.den[3]);
+  const double sum = (m.num[0] + m.num[1]) + (m.num[2] + m.num[3]);
+  const double ref_sum = (m.den[0] + m.den[1]) + (m.den[2] + m.den[3]);
   if (!std::isfinite(sum) || !std::isfinite(ref_sum))
     return measure_block_exact(load, e, begin, end);
-  for (int l = 0; l < 4; ++l) m.num[l] = lanes.num[l], m.den[l] = lanes.den[l];
-  m.max_abs = lanes.max_abs;
-  m.ref_max_abs = lanes.ref_max;
   m.max_index = kLocateLater;
   return m;
 }

@@ -10,7 +10,6 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
-#include <set>
 #include <thread>
 
 #include "cases/generate.h"
@@ -52,10 +51,10 @@ bool in_ranges(const std::vector<ElementRange>& rs, int64_t i) {
 
 // Output integrity before any number is compared: guard bands, then unwritten elements (outside
 // the ranges the operation does not care about), then elements that must not change.
-// `all_finite` names outputs already measured with no non-finite element: floating-point poison
-// is a NaN, so they cannot hold any and are not scanned again.
+// `measured` holds outputs already measured: one with no non-finite element holds no poison
+// either (floating-point poison is a NaN) and is not scanned again.
 std::string integrity_problem(const PreparedCase& pc, const cases::TensorMap& outputs,
-                              const std::set<std::string>& all_finite = {}) {
+                              const std::map<std::string, Metrics>& measured = {}) {
   for (const OutputSpec& spec : pc.outputs) {
     const cases::Tensor* t = outputs.find(spec.name);
     if (!t) return fmt::format("output '{}' missing", spec.name);
@@ -63,7 +62,9 @@ std::string integrity_problem(const PreparedCase& pc, const cases::TensorMap& ou
       return fmt::format("wrote outside output '{}' (guard band of {} bytes changed)", t->name(),
                          kGuardBytes);
     int64_t first = -1;
-    if (!all_finite.count(spec.name) && t->count_poisoned(&first) > 0) {
+    const auto m = measured.find(spec.name);
+    const bool all_finite = m != measured.end() && m->second.non_finite == 0;
+    if (!all_finite && t->count_poisoned(&first) > 0) {
       int64_t n = 0;
       first = -1;
       for (int64_t i = 0; i < t->numel(); ++i)
@@ -184,18 +185,15 @@ CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
   // Outputs compared with a tolerance are measured first, on their typed elements in one
   // threaded pass each; one without a NaN or infinity holds no poison either.
   std::map<std::string, Metrics> measured;
-  std::set<std::string> all_finite;
   if (!op.exact(pc.c))
     for (const OutputSpec& spec : pc.outputs) {
       const cases::Tensor* t = outputs.find(spec.name);
       if (!t || t->shape() != spec.shape || t->dtype() != spec.dtype ||
           !cases::is_floating(spec.dtype) || !spec.dont_care.empty())
         continue;
-      const Metrics m = measure(*t, pc.expected.at(spec.name), 0, t->numel());
-      measured[spec.name] = m;
-      if (m.non_finite == 0) all_finite.insert(spec.name);
+      measured[spec.name] = measure(*t, pc.expected.at(spec.name), 0, t->numel());
     }
-  if (std::string problem = integrity_problem(pc, outputs, all_finite); !problem.empty())
+  if (std::string problem = integrity_problem(pc, outputs, measured); !problem.empty())
     return with_verdict(
         std::move(r), problem.rfind("changed", 0) == 0 ? Verdict::kFail : Verdict::kError, problem);
 
