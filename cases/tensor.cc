@@ -254,11 +254,12 @@ void fill_bits_serial(uint8_t* p, int64_t n, U bits) {
     std::memcpy(p + i * static_cast<int64_t>(sizeof(U)), &bits, sizeof(U));
 }
 
-// Filling is memory-bound: outputs of 8 MiB and more are filled by every hardware thread (the
-// harness poisons every output of every case, README: Speed).
+// Filling is memory-bound: outputs of 1 MiB and more are filled by every hardware thread (the
+// harness poisons every output of every case, README: Speed; the threads are kept waiting, see
+// kernels/cpu/parallel_for.h).
 template <typename U>
 void fill_bits(uint8_t* p, int64_t n, U bits) {
-  constexpr int64_t kParallelBytes = int64_t{8} << 20;
+  constexpr int64_t kParallelBytes = int64_t{1} << 20;
   if (n * static_cast<int64_t>(sizeof(U)) < kParallelBytes) return fill_bits_serial(p, n, bits);
   const int64_t parts = kernels::cpu::resolve_threads(0);
   const int64_t per = (n + parts - 1) / parts;

@@ -18,7 +18,7 @@ namespace {
 using cases::DType;
 using cases::Tensor;
 
-// Long enough for several blocks of the threaded measure (2^18 elements each) and a tail.
+// Long enough for several blocks of the threaded measure (2^17 elements each) and a tail.
 constexpr int64_t kN = (int64_t{1} << 20) + 37;
 
 // A deterministic expectation and an actual close to it, as a kernel would produce.
@@ -110,6 +110,16 @@ TEST_P(TypedMeasure, SameBitsAsTheDoubleValuesAndTheDefinition) {
   check("ties");
   EXPECT_EQ(measure(t, e, 0, kN).max_index, 600000);
   EXPECT_EQ(measure(t, e, 700000, kN).max_index, 900000);
+  // Ties inside one block, the earlier element in a later lane (index 6: lane 2, index 9:
+  // lane 1), and in the block's tail after the lanes.
+  e[6] = e[9] = e[kN - 1] = 0.25;
+  t.set(6, 3.5);
+  t.set(9, 3.5);
+  t.set(kN - 1, 3.5);
+  check("ties across lanes");
+  EXPECT_EQ(measure(t, e, 0, kN).max_index, 6);
+  EXPECT_EQ(measure(t, e, 7, kN).max_index, 9);
+  EXPECT_EQ(measure(t, e, 10, kN).max_index, kN - 1);
   // Non-finite values: the first one is the location, whatever the |Δ| elsewhere.
   t.set(800000, std::numeric_limits<double>::infinity());
   t.set(700001, std::nan(""));
