@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <type_traits>
 
 #include "kernels/cpu/parallel_for.h"
@@ -196,39 +197,92 @@ void for_each_block(int64_t n, Fn&& fn) {
   kernels::cpu::parallel_for(n, n > 1 ? 0 : 1, fn);
 }
 
+// One measurement, as blocks: `block` measures [b, e) of it, `locate` finds the first element of
+// [b, e) whose |Δ| is the given largest. Typed by its load, so measurements of outputs of
+// different dtypes share one threaded pass.
+struct Job {
+  std::function<Partial(int64_t, int64_t)> block;
+  std::function<int64_t(int64_t, int64_t, double)> locate;
+  int64_t begin = 0, end = 0;
+  int64_t blocks() const { return std::max<int64_t>(1, (end - begin + kBlock - 1) / kBlock); }
+};
+
 template <typename Load>
-Metrics measure_with(const Load& load, const std::vector<double>& e, int64_t begin, int64_t end) {
-  const int64_t blocks = std::max<int64_t>(1, (end - begin + kBlock - 1) / kBlock);
-  std::vector<Partial> parts(static_cast<size_t>(blocks));
-  for_each_block(blocks, [&](int64_t b) {
-    parts[b] =
-        measure_block(load, e.data(), begin + b * kBlock, std::min(end, begin + (b + 1) * kBlock));
-  });
-  // Blocks combined in order: the first largest |Δ| (or first non-finite element) wins, as in
-  // one pass from the start.
-  Metrics m;
-  Partial all;
-  int64_t winner = -1;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const Partial& p = parts[b];
-    for (int l = 0; l < 4; ++l) all.num[l] += p.num[l], all.den[l] += p.den[l];
-    m.ref_max_abs = std::max(m.ref_max_abs, p.ref_max_abs);
-    m.non_finite += p.non_finite;
-    if (p.max_index != -1 && (p.max_abs > m.max_abs || winner < 0)) {
-      m.max_abs = p.max_abs;
-      m.max_index = p.max_index;
-      winner = b;
+Job make_job(const Load& load, const double* e, int64_t begin, int64_t end) {
+  return {
+      [load, e](int64_t b, int64_t en) { return measure_block(load, e, b, en); },
+      [load, e](int64_t b, int64_t en, double max_abs) { return locate(load, e, b, en, max_abs); },
+      begin, end};
+}
+
+// The job that measures [begin, end) of a tensor's own elements, converted to double exactly.
+Job tensor_job(const cases::Tensor& a, const std::vector<double>& e, int64_t begin, int64_t end) {
+  switch (a.dtype()) {
+    case cases::DType::kF32:
+      return make_job(F32Values{a.as<float>()}, e.data(), begin, end);
+    case cases::DType::kBF16: {
+      const uint16_t* p = a.as<uint16_t>();
+      return make_job([p](int64_t i) { return static_cast<double>(bf16_to_float(p[i])); }, e.data(),
+                      begin, end);
     }
+    case cases::DType::kF16: {
+      const uint16_t* p = a.as<uint16_t>();
+      return make_job([p](int64_t i) { return static_cast<double>(fp16_to_float(p[i])); }, e.data(),
+                      begin, end);
+    }
+    case cases::DType::kF64:
+      return make_job(F64Values{a.as<double>()}, e.data(), begin, end);
+    default:
+      return make_job([&a](int64_t i) { return a.get(i); }, e.data(), begin, end);
   }
-  if (m.max_index == kLocateLater)
-    m.max_index = locate(load, e.data(), begin + winner * kBlock,
-                         std::min(end, begin + (winner + 1) * kBlock), m.max_abs);
-  const double num = (all.num[0] + all.num[1]) + (all.num[2] + all.num[3]);
-  const double den = (all.den[0] + all.den[1]) + (all.den[2] + all.den[3]);
-  m.count = end - begin;
-  m.rel_rms = den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
-  m.nmse = m.rel_rms * m.rel_rms;
-  return m;
+}
+
+// The blocks of every job in one threaded pass (on every hardware thread when there is more
+// than one block), then each job's blocks combined in order: the first largest |Δ| (or first
+// non-finite element) wins, as in one pass from the start.
+std::vector<Metrics> run_jobs(const std::vector<Job>& jobs) {
+  std::vector<int64_t> first(jobs.size() + 1, 0);  // job j's blocks: [first[j], first[j + 1])
+  for (size_t j = 0; j < jobs.size(); ++j) first[j + 1] = first[j] + jobs[j].blocks();
+  std::vector<Partial> parts(static_cast<size_t>(first.back()));
+  std::vector<size_t> owner(parts.size());
+  for (size_t j = 0; j < jobs.size(); ++j)
+    for (int64_t b = first[j]; b < first[j + 1]; ++b) owner[b] = j;
+  auto range = [&](size_t j, int64_t b) {
+    const Job& job = jobs[j];
+    const int64_t at = job.begin + (b - first[j]) * kBlock;
+    return std::pair<int64_t, int64_t>{at, std::min(job.end, at + kBlock)};
+  };
+  for_each_block(static_cast<int64_t>(parts.size()), [&](int64_t b) {
+    const auto [begin, end] = range(owner[b], b);
+    parts[b] = jobs[owner[b]].block(begin, end);
+  });
+  std::vector<Metrics> out(jobs.size());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    Metrics& m = out[j];
+    Partial all;
+    int64_t winner = -1;
+    for (int64_t b = first[j]; b < first[j + 1]; ++b) {
+      const Partial& p = parts[b];
+      for (int l = 0; l < 4; ++l) all.num[l] += p.num[l], all.den[l] += p.den[l];
+      m.ref_max_abs = std::max(m.ref_max_abs, p.ref_max_abs);
+      m.non_finite += p.non_finite;
+      if (p.max_index != -1 && (p.max_abs > m.max_abs || winner < 0)) {
+        m.max_abs = p.max_abs;
+        m.max_index = p.max_index;
+        winner = b;
+      }
+    }
+    if (m.max_index == kLocateLater) {
+      const auto [begin, end] = range(j, winner);
+      m.max_index = jobs[j].locate(begin, end, m.max_abs);
+    }
+    const double num = (all.num[0] + all.num[1]) + (all.num[2] + all.num[3]);
+    const double den = (all.den[0] + all.den[1]) + (all.den[2] + all.den[3]);
+    m.count = jobs[j].end - jobs[j].begin;
+    m.rel_rms = den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
+    m.nmse = m.rel_rms * m.rel_rms;
+  }
+  return out;
 }
 
 }  // namespace
@@ -237,30 +291,19 @@ void set_portable_measure(bool portable) { g_portable_only = portable; }
 
 Metrics measure(const std::vector<double>& a, const std::vector<double>& e, int64_t begin,
                 int64_t end) {
-  return measure_with(F64Values{a.data()}, e, begin, end);
+  return run_jobs({make_job(F64Values{a.data()}, e.data(), begin, end)})[0];
 }
 
 Metrics measure(const cases::Tensor& a, const std::vector<double>& e, int64_t begin, int64_t end) {
-  switch (a.dtype()) {
-    case cases::DType::kF32: {
-      return measure_with(F32Values{a.as<float>()}, e, begin, end);
-    }
-    case cases::DType::kBF16: {
-      const uint16_t* p = a.as<uint16_t>();
-      return measure_with([p](int64_t i) { return static_cast<double>(bf16_to_float(p[i])); }, e,
-                          begin, end);
-    }
-    case cases::DType::kF16: {
-      const uint16_t* p = a.as<uint16_t>();
-      return measure_with([p](int64_t i) { return static_cast<double>(fp16_to_float(p[i])); }, e,
-                          begin, end);
-    }
-    case cases::DType::kF64: {
-      return measure_with(F64Values{a.as<double>()}, e, begin, end);
-    }
-    default:
-      return measure_with([&a](int64_t i) { return a.get(i); }, e, begin, end);
-  }
+  return run_jobs({tensor_job(a, e, begin, end)})[0];
+}
+
+std::vector<Metrics> measure_each(const std::vector<MeasureRequest>& requests) {
+  std::vector<Job> jobs;
+  jobs.reserve(requests.size());
+  for (const MeasureRequest& r : requests)
+    jobs.push_back(tensor_job(*r.actual, *r.expected, r.begin, r.end));
+  return run_jobs(jobs);
 }
 
 int64_t first_token_over(const std::vector<double>& a, const std::vector<double>& e, int64_t begin,

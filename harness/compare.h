@@ -26,6 +26,15 @@ Metrics measure(const std::vector<double>& actual, const std::vector<double>& ex
 Metrics measure(const cases::Tensor& actual, const std::vector<double>& expected, int64_t begin,
                 int64_t end);
 
+// Several measures of tensors in one threaded pass (their blocks share the threads): what a
+// judge does with the outputs of a case. Each result has the bits measure() gives it alone.
+struct MeasureRequest {
+  const cases::Tensor* actual;
+  const std::vector<double>* expected;
+  int64_t begin, end;
+};
+std::vector<Metrics> measure_each(const std::vector<MeasureRequest>& requests);
+
 // Tests only: measure with the portable two-lane loop even where the CPU has AVX2 (the results
 // must not differ by a bit).
 void set_portable_measure(bool portable);

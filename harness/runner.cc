@@ -182,17 +182,23 @@ CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
                  const std::string& backend_name, bool allow_degenerate) {
   CaseResult r = base_result(pc, backend_name);
   const Operation& op = operation_for(pc.c);
-  // Outputs compared with a tolerance are measured first, on their typed elements in one
-  // threaded pass each; one without a NaN or infinity holds no poison either.
+  // Outputs compared with a tolerance are measured first, on their typed elements, all in one
+  // threaded pass; one without a NaN or infinity holds no poison either.
   std::map<std::string, Metrics> measured;
-  if (!op.exact(pc.c))
+  if (!op.exact(pc.c)) {
+    std::vector<std::string> names;
+    std::vector<MeasureRequest> requests;
     for (const OutputSpec& spec : pc.outputs) {
       const cases::Tensor* t = outputs.find(spec.name);
       if (!t || t->shape() != spec.shape || t->dtype() != spec.dtype ||
           !cases::is_floating(spec.dtype) || !spec.dont_care.empty())
         continue;
-      measured[spec.name] = measure(*t, pc.expected.at(spec.name), 0, t->numel());
+      names.push_back(spec.name);
+      requests.push_back({t, &pc.expected.at(spec.name), 0, t->numel()});
     }
+    const std::vector<Metrics> metrics = measure_each(requests);  // all outputs in one pass
+    for (size_t i = 0; i < names.size(); ++i) measured[names[i]] = metrics[i];
+  }
   if (std::string problem = integrity_problem(pc, outputs, measured); !problem.empty())
     return with_verdict(
         std::move(r), problem.rfind("changed", 0) == 0 ? Verdict::kFail : Verdict::kError, problem);

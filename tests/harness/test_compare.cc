@@ -141,6 +141,30 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, TypedMeasure,
                            return std::string(cases::dtype_name(info.param));
                          });
 
+TEST(Measure, SeveralTensorsInOnePassGiveEachItsOwnBits) {
+  // A judge measures all outputs of a case at once (their blocks share the threads): each result
+  // must be the one measure() gives alone, whatever the dtypes, sizes and ranges next to it.
+  const std::vector<double> e = expectation(kN), small = expectation(1000);
+  Tensor f32 = as_tensor(DType::kF32, e), bf16 = as_tensor(DType::kBF16, small);
+  Tensor f64 = as_tensor(DType::kF64, e), nan = as_tensor(DType::kF16, small);
+  f32.set(12345, 7.0);
+  nan.set(17, std::nan(""));
+  const std::vector<MeasureRequest> requests = {{&f32, &e, 0, kN},     {&bf16, &small, 0, 1000},
+                                                {&f64, &e, 5, kN - 3}, {&nan, &small, 0, 1000},
+                                                {&f32, &e, 7, 7},      {&bf16, &small, 999, 1000}};
+  const std::vector<Metrics> together = measure_each(requests);
+  ASSERT_EQ(together.size(), requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const MeasureRequest& r = requests[i];
+    SCOPED_TRACE(::testing::Message() << "request " << i);
+    expect_same_bits(together[i], measure(*r.actual, *r.expected, r.begin, r.end), "together");
+  }
+  EXPECT_EQ(together[0].max_index, 12345);
+  EXPECT_EQ(together[3].non_finite, 1);
+  EXPECT_EQ(together[4].count, 0);
+  EXPECT_TRUE(measure_each({}).empty());
+}
+
 TEST(Measure, AnOverflowingDifferenceNeverLooksSmall) {
   std::vector<double> e = {1.0, -1e300, 2.0, 3.0, 4.0};
   std::vector<double> a = {1.0, 1e300, 2.0, 3.0, 4.5};
