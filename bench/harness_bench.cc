@@ -63,6 +63,18 @@ void BM_run_case(benchmark::State& st) {
   st.SetItemsProcessed(st.iterations() * st.range(0));
   // The split run_case itself measures: time outside the backend call, relative to it.
   st.counters["outside_backend"] = backend > 0 ? (total - backend) / backend : 0.0;
+  // The memory traffic the harness cannot avoid per case (the summary prices it at the read and
+  // fill ceilings: the floor): poison written into every output element, then the output and its
+  // FP64 expectation read.
+  double written = 0.0, read = 0.0;
+  for (const harness::OutputSpec& s : pc.outputs) {
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    written += static_cast<double>(n) * static_cast<double>(cases::dtype_size(s.dtype));
+    read += static_cast<double>(n) * static_cast<double>(cases::dtype_size(s.dtype) + 8);
+  }
+  st.counters["poison_bytes"] = written;
+  st.counters["compare_bytes"] = read;
 }
 
 void BM_allocate(benchmark::State& st) {

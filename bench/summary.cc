@@ -34,6 +34,8 @@ std::string swapped(const std::string& name, const std::string& from, const std:
 std::string summarize(const std::vector<Figure>& figures) {
   const Figure* matmul = find_containing(figures, "ceiling/matmul_fp32");
   const Figure* copy = find_containing(figures, "ceiling/copy");
+  const Figure* read = find_containing(figures, "ceiling/read");
+  const Figure* fill = find_containing(figures, "ceiling/fill");
   std::string out = "summary: each figure against the ceilings measured in this run\n";
   if (matmul)
     out += fmt::format("  {:<52} {:8.1f} GFLOP/s  (fp32 matrix product, LibTorch/OpenBLAS)\n",
@@ -45,6 +47,12 @@ std::string summarize(const std::vector<Figure>& figures) {
                        "ceiling: " + copy->name, copy->bytes * 1e-9);
   else
     out += "  ceiling: no memory copy measured (filtered out)\n";
+  if (read)
+    out += fmt::format("  {:<52} {:8.1f} GB/s     (large read)\n", "ceiling: " + read->name,
+                       read->bytes * 1e-9);
+  if (fill)
+    out += fmt::format("  {:<52} {:8.1f} GB/s     (large fill, memset)\n", "ceiling: " + fill->name,
+                       fill->bytes * 1e-9);
 
   for (const Figure& f : figures) {
     if (f.name.rfind("ceiling/", 0) == 0) continue;
@@ -67,9 +75,16 @@ std::string summarize(const std::vector<Figure>& figures) {
     // Counterparts: the LibTorch kernel of the same shape, and the bare kernel under the harness.
     if (const Figure* t = find_named(figures, swapped(f.name, "/cpu/", "/torch/")))
       line += fmt::format(", {:.2f}x the speed of torch", t->seconds / f.seconds);
-    if (const Figure* k = find_named(figures, swapped(f.name, "/run_case/", "/kernel/")))
+    if (const Figure* k = find_named(figures, swapped(f.name, "/run_case/", "/kernel/"))) {
       line += fmt::format(", harness overhead {:.1f}% of the kernel time",
                           100.0 * (f.seconds - k->seconds) / k->seconds);
+      // Its floor: the poison written at the fill rate, the output and expectation read at the
+      // read rate.
+      if (read && fill && f.compare_bytes > 0)
+        line += fmt::format(
+            " (floor {:.1f}%: its memory traffic at the read and fill ceilings)",
+            100.0 * (f.poison_bytes / fill->bytes + f.compare_bytes / read->bytes) / k->seconds);
+    }
     out += line + "\n";
   }
   return out;
@@ -99,6 +114,8 @@ void CollectingReporter::ReportRuns(const std::vector<Run>& runs) {
     f.flops = counter("FLOP/s");
     f.bytes = counter("bytes_per_second");
     f.items = counter("items_per_second");
+    f.poison_bytes = counter("poison_bytes");
+    f.compare_bytes = counter("compare_bytes");
     // Replace an earlier entry of the same name (the median after its repetitions).
     bool replaced = false;
     for (Figure& g : figures_)

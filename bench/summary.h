@@ -19,7 +19,8 @@ struct Figure {
   double flops = 0.0;    // nominal FLOP/s counter, 0 if none
   double bytes = 0.0;    // bytes/s, 0 if none
   double items = 0.0;    // tokens (items)/s, 0 if none
-  std::string error;     // set when the benchmark reported an error
+  double poison_bytes = 0.0, compare_bytes = 0.0;  // harness_prefill/run_case: its traffic
+  std::string error;                               // set when the benchmark reported an error
 };
 
 // The summary text, one line per figure.
