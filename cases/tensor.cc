@@ -287,27 +287,6 @@ int64_t count_bits(const uint8_t* p, int64_t n, U bits, int64_t* first) {
 }
 }  // namespace
 
-void Tensor::poison() {
-  uint8_t* p = static_cast<uint8_t*>(data());
-  switch (dtype_) {
-    case DType::kF32:
-      fill_bits<uint32_t>(p, numel_, kPoisonF32);
-      break;
-    case DType::kBF16:
-      fill_bits<uint16_t>(p, numel_, kPoisonBF16);
-      break;
-    case DType::kF16:
-      fill_bits<uint16_t>(p, numel_, kPoisonF16);
-      break;
-    case DType::kF64:
-      fill_bits<uint64_t>(p, numel_, kPoisonF64);
-      break;
-    default:
-      std::memset(p, 0xA5, nbytes());
-      break;
-  }
-}
-
 namespace {
 void poison_pattern(DType t, uint8_t* pattern) {
   switch (t) {
@@ -328,7 +307,29 @@ void poison_pattern(DType t, uint8_t* pattern) {
       break;
   }
 }
+
+// fn(poison) with the poison of a dtype as one unsigned integer of the element's size.
+template <typename Fn>
+auto with_poison_bits(DType t, Fn&& fn) {
+  uint8_t pattern[8];
+  poison_pattern(t, pattern);
+  switch (dtype_size(t)) {
+    case 1:
+      return fn(pattern[0]);
+    case 2:
+      return fn(bits_at<uint16_t>(pattern, 0));
+    case 4:
+      return fn(bits_at<uint32_t>(pattern, 0));
+    default:
+      return fn(bits_at<uint64_t>(pattern, 0));
+  }
+}
 }  // namespace
+
+void Tensor::poison() {
+  uint8_t* p = static_cast<uint8_t*>(data());
+  with_poison_bits(dtype_, [&](auto bits) { fill_bits(p, numel_, bits); });
+}
 
 bool Tensor::is_poisoned(int64_t i) const {
   uint8_t pattern[8];
@@ -339,18 +340,7 @@ bool Tensor::is_poisoned(int64_t i) const {
 
 int64_t Tensor::count_poisoned(int64_t* first) const {
   const uint8_t* p = static_cast<const uint8_t*>(data());
-  uint8_t pattern[8];
-  poison_pattern(dtype_, pattern);
-  switch (dtype_size(dtype_)) {
-    case 1:
-      return count_bits<uint8_t>(p, numel_, pattern[0], first);
-    case 2:
-      return count_bits<uint16_t>(p, numel_, bits_at<uint16_t>(pattern, 0), first);
-    case 4:
-      return count_bits<uint32_t>(p, numel_, bits_at<uint32_t>(pattern, 0), first);
-    default:
-      return count_bits<uint64_t>(p, numel_, bits_at<uint64_t>(pattern, 0), first);
-  }
+  return with_poison_bits(dtype_, [&](auto bits) { return count_bits(p, numel_, bits, first); });
 }
 
 Tensor& TensorMap::add(Tensor t) {
