@@ -18,34 +18,6 @@
 namespace deltacheck::bench {
 namespace {
 
-// Copy of a buffer far larger than the last-level cache, split over every hardware thread the
-// kernels use; bytes/s counts what is read plus what is written, as the decode figure does.
-void BM_ceiling_copy(benchmark::State& st) {
-  const size_t bytes = static_cast<size_t>(st.range(0)) << 20;
-  std::vector<char> src(bytes, 1), dst(bytes, 0);  // touched here: no page faults while timed
-  const int threads = kernels::cpu::resolve_threads(0);
-  const int64_t pieces = 4 * threads;
-  const size_t piece = bytes / static_cast<size_t>(pieces);
-  for (auto _ : st) {
-    kernels::cpu::parallel_for(pieces, threads, [&](int64_t i) {
-      std::memcpy(dst.data() + i * piece, src.data() + i * piece, piece);
-    });
-    benchmark::DoNotOptimize(dst.data());
-    benchmark::ClobberMemory();
-  }
-  st.SetBytesProcessed(static_cast<int64_t>(2.0 * static_cast<double>(piece * pieces)) *
-                       static_cast<int64_t>(st.iterations()));
-  st.counters["threads"] = threads;
-}
-
-BENCHMARK(BM_ceiling_copy)
-    ->Name("ceiling/copy")
-    ->ArgNames({"MiB"})
-    ->Arg(256)
-    ->MeasureProcessCPUTime()
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
-
 // Pieces of a buffer far larger than the last-level cache, spread over every hardware thread.
 struct Pieces {
   int threads = kernels::cpu::resolve_threads(0);
@@ -54,6 +26,29 @@ struct Pieces {
   explicit Pieces(size_t total) : bytes(total / static_cast<size_t>(4 * threads) / 64 * 64) {}
   size_t total() const { return bytes * static_cast<size_t>(count); }
 };
+
+// The ceilings' common registration: 256 MiB, wall time, every thread's CPU time.
+void ceiling_shape(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"MiB"})->Arg(256)->MeasureProcessCPUTime()->UseRealTime()->Unit(
+      benchmark::kMillisecond);
+}
+
+// Copy; bytes/s counts what is read plus what is written, as the decode figure does.
+void BM_ceiling_copy(benchmark::State& st) {
+  const Pieces pieces(static_cast<size_t>(st.range(0)) << 20);
+  std::vector<char> src(pieces.total(), 1), dst(pieces.total(), 0);  // no page faults while timed
+  for (auto _ : st) {
+    kernels::cpu::parallel_for(pieces.count, pieces.threads, [&](int64_t i) {
+      const size_t at = static_cast<size_t>(i) * pieces.bytes;
+      std::memcpy(dst.data() + at, src.data() + at, pieces.bytes);
+    });
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(2 * static_cast<int64_t>(pieces.total()) * st.iterations());
+  st.counters["threads"] = pieces.threads;
+}
+BENCHMARK(BM_ceiling_copy)->Name("ceiling/copy")->Apply(ceiling_shape);
 
 // Reading with eight independent sums per thread (the additions never bound it): the rate at which
 // a comparison can stream an output and its expectation.
@@ -75,6 +70,7 @@ void BM_ceiling_read(benchmark::State& st) {
   }
   st.SetBytesProcessed(static_cast<int64_t>(pieces.total()) * st.iterations());
 }
+BENCHMARK(BM_ceiling_read)->Name("ceiling/read")->Apply(ceiling_shape);
 
 // Filling (memset, which streams a large fill past the caches): the rate at which outputs can be
 // poisoned.
@@ -92,21 +88,7 @@ void BM_ceiling_fill(benchmark::State& st) {
   }
   st.SetBytesProcessed(static_cast<int64_t>(pieces.total()) * st.iterations());
 }
-
-BENCHMARK(BM_ceiling_read)
-    ->Name("ceiling/read")
-    ->ArgNames({"MiB"})
-    ->Arg(256)
-    ->MeasureProcessCPUTime()
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_ceiling_fill)
-    ->Name("ceiling/fill")
-    ->ArgNames({"MiB"})
-    ->Arg(256)
-    ->MeasureProcessCPUTime()
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ceiling_fill)->Name("ceiling/fill")->Apply(ceiling_shape);
 
 #ifdef DELTACHECK_BENCH_TORCH
 // Square fp32 matrix product through at::mm (OpenBLAS sgemm with its own threads: all cores).
