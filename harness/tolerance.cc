@@ -18,24 +18,30 @@ DTypeTolerance dtype_tolerance(cases::DType t) {
   }
 }
 
+namespace {
+// kFactor x the baseline's own errors plus the dtype's floors, before any ceiling.
+Threshold from_baseline(const DTypeTolerance& d, double base_rel, double base_abs,
+                        double ref_max_abs) {
+  Threshold th;
+  th.rel_rms = TolerancePolicy::kFactor * base_rel + d.rel_floor;
+  th.max_abs = TolerancePolicy::kFactor * base_abs + d.abs_floor_frac * ref_max_abs;
+  th.resolution = d.resolution;
+  return th;
+}
+}  // namespace
+
 Threshold threshold(cases::DType t, double base_rel, double base_abs, double ref_max_abs,
                     double ceiling_factor) {
   const DTypeTolerance d = dtype_tolerance(t);
-  Threshold th;
-  th.rel_rms =
-      std::min(ceiling_factor * d.rel_ceiling, TolerancePolicy::kFactor * base_rel + d.rel_floor);
-  th.max_abs = TolerancePolicy::kFactor * base_abs + d.abs_floor_frac * ref_max_abs;
-  th.resolution = d.resolution;
+  Threshold th = from_baseline(d, base_rel, base_abs, ref_max_abs);
+  th.rel_rms = std::min(ceiling_factor * d.rel_ceiling, th.rel_rms);
   return th;
 }
 
 Threshold sequence_threshold(cases::DType t, double base_rel, double base_abs, double ref_max_abs,
                              const Threshold& tensor) {
-  const DTypeTolerance d = dtype_tolerance(t);
-  Threshold th;
-  th.rel_rms = std::max(tensor.rel_rms, TolerancePolicy::kFactor * base_rel + d.rel_floor);
-  th.max_abs = TolerancePolicy::kFactor * base_abs + d.abs_floor_frac * ref_max_abs;
-  th.resolution = d.resolution;
+  Threshold th = from_baseline(dtype_tolerance(t), base_rel, base_abs, ref_max_abs);
+  th.rel_rms = std::max(tensor.rel_rms, th.rel_rms);
   return th;
 }
 
