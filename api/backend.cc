@@ -19,6 +19,16 @@ FunctionBackend& FunctionBackend::set_deterministic(bool deterministic) {
   return *this;
 }
 
+FunctionBackend& FunctionBackend::set_batch_invariant(bool batch_invariant) {
+  batch_invariant_ = batch_invariant;
+  return *this;
+}
+
+FunctionBackend& FunctionBackend::set_matmul_precision(harness::MatmulPrecision precision) {
+  precision_ = precision;
+  return *this;
+}
+
 Support FunctionBackend::supports(const Case& c) const {
   return supports_ ? supports_(c) : Support::Yes();
 }

@@ -101,7 +101,8 @@ StatusOr<harness::PreparedCase> prepare_stored(FixtureCase fc) {
   try {
     const harness::Operation& op = harness::operation_for(pc.c);
     pc.outputs = op.outputs(pc.c);
-    pc.baseline = op.baseline(pc.c, pc.inputs);
+    pc.baselines = op.baselines(pc.c, pc.inputs, pc.precision);
+    harness::measure_baselines(pc);
   } catch (const std::exception& e) {
     return Status::InvalidArgument("case '" + pc.c.id() +
                                    "': stored inputs do not fit the case: " + e.what());

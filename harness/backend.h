@@ -10,6 +10,7 @@
 
 #include "cases/case.h"
 #include "cases/tensor.h"
+#include "harness/tolerance.h"
 #include "kernels/common/status.h"
 
 namespace deltacheck::harness {
@@ -28,12 +29,16 @@ class Backend {
   virtual std::string description() const = 0;
   // True for the deliberately wrong implementations that prove the harness can fail.
   virtual bool deliberately_wrong() const { return false; }
-  // Bit-identical results for identical inputs (the repeat and isolation probes rely on it).
+  // Declared: bit-identical results for identical inputs; two runs that differ then fail the
+  // repeat probe. False means "not promised": the repeat probe measures it (harness/probes.h).
   virtual bool deterministic() const { return true; }
-  // A sequence's result does not depend, even in the last bit, on what else is in its batch.
-  // When false, the alone/order/isolation probes judge each variation against the oracle with the
-  // tolerance instead of asking for bit-identity.
-  virtual bool batch_invariant(const cases::Case& c) const { return deterministic(); }
+  // Declared: a sequence's result does not depend, even in the last bit, on what else is in its
+  // batch. When false (or when the repeat probe finds the backend not bit-reproducible), the
+  // alone/order/isolation probes compare a sequence's two results with its tolerance instead of
+  // bit for bit: moving within it is batch-dependent rounding, beyond it a leak.
+  virtual bool batch_invariant(const cases::Case& c) const { return true; }
+  // What the backend's matmuls do with fp32 operands (TF32: judged against the TF32 baseline).
+  virtual MatmulPrecision matmul_precision() const { return MatmulPrecision::kDefault; }
   virtual Support supports(const cases::Case& c) const = 0;
   // Writes every tensor of `outputs` (shapes and dtypes fixed by the operation).
   virtual Status run(const cases::Case& c, const cases::TensorMap& inputs,
@@ -51,8 +56,13 @@ struct BackendOptions {
   std::string device = "cpu";  // torch: cpu | cuda
   std::string cmd;             // external: 'PROGRAM {in} {out}'
   double timeout_s = 120.0;    // external: per case
-  std::string library;         // torch-op: shared library registering the operator
-  std::string op;  // torch-op: qualified operator name, e.g. myns::chunk_gated_delta_rule
+  // external, torch-op: the candidate's declared matmul precision (fp32 | tf32), and whether it
+  // promises bit-identical repeats (otherwise the repeat probe measures it)
+  MatmulPrecision matmul_precision = MatmulPrecision::kDefault;
+  bool deterministic = false;
+  bool batch_invariant = false;
+  std::string library;  // torch-op: shared library registering the operator
+  std::string op;       // torch-op: qualified operator name, e.g. myns::chunk_gated_delta_rule
 };
 
 // Adds backends from an optional library (e.g. LibTorch, CUDA); call before first use.

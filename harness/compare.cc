@@ -280,6 +280,7 @@ std::vector<Metrics> run_jobs(const std::vector<Job>& jobs) {
     const double den = (all.den[0] + all.den[1]) + (all.den[2] + all.den[3]);
     m.count = jobs[j].end - jobs[j].begin;
     m.rel_rms = den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
+    m.ref_rms = m.count > 0 ? std::sqrt(den / static_cast<double>(m.count)) : 0.0;
     m.nmse = m.rel_rms * m.rel_rms;
   }
   return out;

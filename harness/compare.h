@@ -15,6 +15,7 @@ struct Metrics {
   double rel_rms = 0.0;    // ||Δ|| / ||ref||; ||Δ|| itself when ||ref|| == 0
   double nmse = 0.0;       // rel_rms^2
   double ref_max_abs = 0.0;
+  double ref_rms = 0.0;  // sqrt(mean(ref^2)): the scale of the expectation
   int64_t count = 0;
   int64_t non_finite = 0;  // elements that are NaN or Inf in `actual` where ref is finite
 };

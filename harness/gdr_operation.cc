@@ -1,16 +1,17 @@
 // The gdr operation. Outputs: o [B,T,HV,V] (dtype of v) and final_state [N,HV,K,V] (fp32); in the
 // pool modes the state pool after the call instead of final_state, and for multi-token decode
 // (spec) the state after every draft token. The FP64 oracle is reference/gated_delta_rule; the
-// tolerance baseline is the fp32 plain recurrence. Pool and spec cases are evaluated as plain
+// tolerance baselines are the formulations in real use, from the same reference source in fp32
+// (rule_baselines below). Pool and spec cases are evaluated as plain
 // prefills of repacked sequences (a sequence per pool entry, a prefix per draft token), so one
 // code path computes every expectation.
+#include <functional>
 #include <stdexcept>
 
 #include "cases/gdr_case.h"
 #include "harness/gdr_problem.h"
 #include "harness/operation.h"
 #include "harness/repack.h"
-#include "kernels/cpu/gated_delta_rule.h"
 #include "reference/gated_delta_rule.h"
 
 namespace deltacheck::harness {
@@ -22,13 +23,15 @@ using cases::TensorMap;
 
 bool pooled(const cases::Case& c) { return c.get("cache") == "pool" || c.get("cache") == "spec"; }
 
-// FP64 prefill of a (non-pool) case.
-Values reference_prefill(const cases::Case& c, const TensorMap& in) {
+// The reference arguments of a (non-pool) case; `buffers` keeps the FP64 copies alive.
+reference::GatedDeltaRuleArgs reference_args(const cases::Case& c, const TensorMap& in,
+                                             std::vector<std::vector<double>>& buffers) {
   const GdrDims d = gdr_dims(c);
-  const std::vector<double> q = in.at("q").to_double(), k = in.at("k").to_double(),
-                            v = in.at("v").to_double(), g = in.at("g").to_double(),
-                            beta = in.at("beta").to_double();
-  std::vector<double> s0;
+  auto values = [&](const Tensor& t) {
+    buffers.push_back(t.to_double());
+    return buffers.back().data();
+  };
+  buffers.reserve(6);
   reference::GatedDeltaRuleArgs a;
   a.batch = d.B;
   a.seq_len = d.T;
@@ -36,34 +39,29 @@ Values reference_prefill(const cases::Case& c, const TensorMap& in) {
   a.num_value_heads = d.HV;
   a.key_dim = d.K;
   a.value_dim = d.V;
-  a.q = q.data();
-  a.k = k.data();
-  a.v = v.data();
-  a.g = g.data();
-  a.beta = beta.data();
+  a.q = values(in.at("q"));
+  a.k = values(in.at("k"));
+  a.v = values(in.at("v"));
+  a.g = values(in.at("g"));
+  a.beta = values(in.at("beta"));
   if (const Tensor* cu = in.find("cu_seqlens"))
     a.cu_seqlens.assign(cu->as<int64_t>(), cu->as<int64_t>() + cu->numel());
-  if (const Tensor* t = in.find("initial_state")) {
-    s0 = t->to_double();
-    a.initial_state = s0.data();
-  }
+  if (const Tensor* t = in.find("initial_state")) a.initial_state = values(*t);
   a.use_qk_l2norm = d.l2;
-  reference::GatedDeltaRuleResult r = reference::gated_delta_rule(a);
+  return a;
+}
+
+Values as_values(reference::GatedDeltaRuleResult r) {
   return {{"o", std::move(r.output)}, {"final_state", std::move(r.final_state)}};
 }
 
-// The fp32 recurrence on the same inputs (tolerance baseline) of a (non-pool) case.
-Values baseline_prefill(const cases::Case& c, const TensorMap& in) {
-  const GdrDims d = gdr_dims(c);
-  TensorMap out;
-  out.add(Tensor("o", d.dtype, {d.B, d.T, d.HV, d.V}));
-  out.add(Tensor("final_state", DType::kF32, {d.N, d.HV, d.K, d.V}));
-  const Status st = kernels::cpu::recurrent_gated_delta_rule(gdr_params(c, in, out));
-  if (!st.ok()) throw std::runtime_error("baseline recurrence failed: " + st.message());
-  return {{"o", out.at("o").to_double()}, {"final_state", out.at("final_state").to_double()}};
+// FP64 prefill of a (non-pool) case.
+Values reference_prefill(const cases::Case& c, const TensorMap& in) {
+  std::vector<std::vector<double>> buffers;
+  return as_values(reference::gated_delta_rule(reference_args(c, in, buffers)));
 }
 
-using Evaluate = Values (*)(const cases::Case&, const TensorMap&);
+using Evaluate = std::function<Values(const cases::Case&, const TensorMap&)>;
 
 // Pool and spec cases through a prefill evaluation: every entry's (or draft prefix's) initial
 // state is its pool row; results are scattered back into the pool.
@@ -118,13 +116,15 @@ class GdrOperation : public Operation {
   std::vector<OutputSpec> outputs(const cases::Case& c) const override {
     const GdrDims d = gdr_dims(c);
     std::vector<OutputSpec> o{{"o", d.dtype, {d.B, d.T, d.HV, d.V}}};
+    // States are fp32, computed from activations of the case's dtype by kernels that may read
+    // them as matmul operands of that dtype: their tolerance follows the activation dtype.
     if (!pooled(c)) {
-      if (d.final_state) o.push_back({"final_state", DType::kF32, {d.N, d.HV, d.K, d.V}});
+      if (d.final_state) o.push_back({"final_state", DType::kF32, {d.N, d.HV, d.K, d.V}, d.dtype});
       return o;
     }
     const std::vector<int32_t> slots = cases::gdr_pool_slots(c);
     const int64_t rows = cases::gdr_pool_size(c), per = d.HV * d.K * d.V;
-    OutputSpec pool{"state_pool", DType::kF32, {rows, d.HV, d.K, d.V}};
+    OutputSpec pool{"state_pool", DType::kF32, {rows, d.HV, d.K, d.V}, d.dtype};
     std::vector<bool> used(static_cast<size_t>(rows), false);
     for (int64_t s = 0; s < d.N; ++s) {
       if (slots[s] >= 0) {
@@ -140,7 +140,7 @@ class GdrOperation : public Operation {
             {r * per, (r + 1) * per, "slot " + std::to_string(r) + " (addressed by nobody)"});
     o.push_back(pool);
     if (c.get("cache") == "spec")
-      o.push_back({"token_states", DType::kF32, {d.N, d.T, d.HV, d.K, d.V}});
+      o.push_back({"token_states", DType::kF32, {d.N, d.T, d.HV, d.K, d.V}, d.dtype});
     return o;
   }
 
@@ -148,8 +148,17 @@ class GdrOperation : public Operation {
     return evaluate(c, in, reference_prefill);
   }
 
-  Values baseline(const cases::Case& c, const TensorMap& in) const override {
-    return evaluate(c, in, baseline_prefill);
+  std::vector<Baseline> baselines(const cases::Case& c, const TensorMap& in,
+                                  MatmulPrecision precision) const override {
+    std::vector<Baseline> out;
+    for (const reference::Arithmetic& how : rule_baselines(gdr_dims(c).dtype, precision)) {
+      auto run = [&how](const cases::Case& cc, const TensorMap& inputs) {
+        std::vector<std::vector<double>> buffers;
+        return as_values(reference::gated_delta_rule(reference_args(cc, inputs, buffers), how));
+      };
+      out.push_back({reference::describe(how), evaluate(c, in, run)});
+    }
+    return out;
   }
 
   std::vector<SeqSlice> slices(const cases::Case& c, const std::string& output) const override {

@@ -1,13 +1,13 @@
 // The layer operation: outputs o [1,T,HV,V] (activation dtype), final_state [N,HV,K,V] and
 // final_conv_state [N,D,W-1] (fp32). Oracle: reference::linear_attention_layer in FP64. Baseline:
 // the same composition in the case's precision — FP64 reference pieces with the activations
-// rounded to the dtype between steps, as a model keeps them, and the fp32 recurrence for the rule.
+// rounded to the dtype between steps, as a model keeps them, and each of the rule's fp32 baseline
+// formulations (harness/tolerance.h, rule_baselines) for the rule.
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
 
 #include "harness/operation.h"
-#include "kernels/cpu/gated_delta_rule.h"
 #include "reference/causal_conv1d.h"
 #include "reference/gated_rms_norm.h"
 #include "reference/gates.h"
@@ -110,13 +110,15 @@ class LayerOperation : public Operation {
     return out;
   }
 
-  Values baseline(const cases::Case& c, const TensorMap& in) const override {
+  std::vector<Baseline> baselines(const cases::Case& c, const TensorMap& in,
+                                  MatmulPrecision precision) const override {
     const Dims d = dims(c);
     const auto cu = cu_of(in, d);
     const auto qkv = values(in, "qkv"), z = values(in, "z"), a = values(in, "a"),
                b = values(in, "b"), cw = values(in, "conv_weight"), cb = values(in, "conv_bias"),
                alog = values(in, "A_log"), dtb = values(in, "dt_bias"),
-               nw = values(in, "norm_weight"), c0 = values(in, "initial_conv_state");
+               nw = values(in, "norm_weight"), s0 = values(in, "initial_state"),
+               c0 = values(in, "initial_conv_state");
     reference::CausalConv1dArgs ca;
     ca.seq_len = d.T;
     ca.channels = d.D;
@@ -133,51 +135,41 @@ class LayerOperation : public Operation {
     auto gates = reference::gates(ga);
     round_to(gates.g, DType::kF32);
     round_to(gates.beta, d.dtype);
-    // Split the conv output into q, k, v tensors of the case's dtype and run the fp32 recurrence.
-    TensorMap rule;
-    Tensor& q = rule.add(Tensor("q", d.dtype, {1, d.T, d.H, d.K}));
-    Tensor& k = rule.add(Tensor("k", d.dtype, {1, d.T, d.H, d.K}));
-    Tensor& v = rule.add(Tensor("v", d.dtype, {1, d.T, d.HV, d.V}));
-    Tensor& g = rule.add(Tensor("g", DType::kF32, {1, d.T, d.HV}));
-    Tensor& beta = rule.add(Tensor("beta", d.dtype, {1, d.T, d.HV}));
-    Tensor& o = rule.add(Tensor("o", d.dtype, {1, d.T, d.HV, d.V}));
-    Tensor& fs = rule.add(Tensor("final_state", DType::kF32, {d.N, d.HV, d.K, d.V}));
+    // Split the conv output into q, k, v (values of the case's dtype) for the rule.
     const int64_t hk = d.H * d.K, hvv = d.HV * d.V;
+    std::vector<double> q(d.T * hk), k(d.T * hk), v(d.T * hvv);
     for (int64_t t = 0; t < d.T; ++t) {
       for (int64_t i = 0; i < hk; ++i) {
-        q.set(t * hk + i, conv.output[t * d.D + i]);
-        k.set(t * hk + i, conv.output[t * d.D + hk + i]);
+        q[t * hk + i] = conv.output[t * d.D + i];
+        k[t * hk + i] = conv.output[t * d.D + hk + i];
       }
-      for (int64_t i = 0; i < hvv; ++i) v.set(t * hvv + i, conv.output[t * d.D + 2 * hk + i]);
-      for (int64_t h = 0; h < d.HV; ++h) {
-        g.set(t * d.HV + h, gates.g[t * d.HV + h]);
-        beta.set(t * d.HV + h, gates.beta[t * d.HV + h]);
-      }
+      for (int64_t i = 0; i < hvv; ++i) v[t * hvv + i] = conv.output[t * d.D + 2 * hk + i];
     }
-    kernels::cpu::GatedDeltaRuleParams p;
-    p.seq_len = d.T, p.num_heads = d.H, p.num_value_heads = d.HV, p.key_dim = d.K;
-    p.value_dim = d.V, p.dtype = cases::scalar_from_dtype(d.dtype);
-    p.q = q.data(), p.k = k.data(), p.v = v.data(), p.g = g.as<float>(), p.beta = beta.data();
-    p.o = o.data();
-    p.cu_seqlens = cu.data();
-    p.num_seqs = static_cast<int64_t>(cu.size()) - 1;
-    if (const Tensor* s0 = in.find("initial_state")) p.initial_state = s0->as<float>();
-    p.final_state = fs.as<float>();
-    p.use_qk_l2norm = true;
-    const Status st = kernels::cpu::recurrent_gated_delta_rule(p);
-    if (!st.ok()) throw std::runtime_error("layer baseline: " + st.message());
-    reference::GatedRmsNormArgs na;
-    const std::vector<double> x = o.to_double();
-    na.num_tokens = d.T;
-    na.num_heads = d.HV;
-    na.dim = d.V;
-    na.x = x.data(), na.z = z.data(), na.weight = nw.data();
-    std::vector<double> y = reference::gated_rms_norm(na);
-    round_to(y, d.dtype);
-    Values out{{"o", std::move(y)}};
-    if (d.states) {
-      out["final_state"] = fs.to_double();
-      out["final_conv_state"] = std::move(conv.final_state);
+    reference::GatedDeltaRuleArgs ra;
+    ra.seq_len = d.T, ra.num_heads = d.H, ra.num_value_heads = d.HV, ra.key_dim = d.K;
+    ra.value_dim = d.V;
+    ra.q = q.data(), ra.k = k.data(), ra.v = v.data(), ra.g = gates.g.data();
+    ra.beta = gates.beta.data();
+    ra.cu_seqlens = cu;
+    ra.initial_state = ptr(s0);
+    ra.use_qk_l2norm = true;
+    // One baseline per rule formulation; conv, gates and norm are the same in each.
+    std::vector<Baseline> out;
+    for (const reference::Arithmetic& how : rule_baselines(d.dtype, precision)) {
+      reference::GatedDeltaRuleResult rule = reference::gated_delta_rule(ra, how);
+      reference::GatedRmsNormArgs na;
+      na.num_tokens = d.T;
+      na.num_heads = d.HV;
+      na.dim = d.V;
+      na.x = rule.output.data(), na.z = z.data(), na.weight = nw.data();
+      std::vector<double> y = reference::gated_rms_norm(na);
+      round_to(y, d.dtype);
+      Values vals{{"o", std::move(y)}};
+      if (d.states) {
+        vals["final_state"] = std::move(rule.final_state);
+        vals["final_conv_state"] = conv.final_state;
+      }
+      out.push_back({reference::describe(how), std::move(vals)});
     }
     return out;
   }

@@ -83,9 +83,10 @@ MemoryEstimate estimate_case_memory(const cases::Case& c) {
   }
   m.outputs = out_storage;
   // Inputs: the case's, an FP64 copy in the oracle (up to 4x an fp16 input), a repacked copy for
-  // the probes. Outputs: the backend's and a probe's. FP64: expectation, baseline, the judge's
-  // copy of the output, the probes' cut expectation and baseline.
-  m.total = 6 * m.inputs + 2 * out_storage + 5 * out_doubles;
+  // the probes. Outputs: the backend's and a probe's. FP64: expectation, three baselines (four
+  // under a TF32 declaration), the judge's copy of the output, the probes' cut expectation and
+  // baselines.
+  m.total = 6 * m.inputs + 2 * out_storage + 11 * out_doubles;
   return m;
 }
 

@@ -107,7 +107,10 @@ class MaskOperation : public Operation {
   }
 
   // Masks have no same-precision baseline: they are compared bit-exactly.
-  Values baseline(const cases::Case&, const TensorMap&) const override { return {}; }
+  std::vector<Baseline> baselines(const cases::Case&, const TensorMap&,
+                                  MatmulPrecision) const override {
+    return {};
+  }
   std::vector<SeqSlice> slices(const cases::Case&, const std::string&) const override { return {}; }
   std::vector<int64_t> sequence_lengths(const cases::Case&) const override { return {}; }
   bool exact(const cases::Case&) const override { return true; }

@@ -10,6 +10,7 @@
 
 #include "cases/case.h"
 #include "cases/tensor.h"
+#include "harness/tolerance.h"
 
 namespace deltacheck::harness {
 
@@ -47,13 +48,24 @@ struct SeqSlice {
 
 using Values = std::map<std::string, std::vector<double>>;  // output name -> flat values
 
+// One straightforward implementation of an operation in the case's precision, e.g. "chunked
+// fp32, bf16 operands": its outputs on the case's inputs. The tolerance is measured against the
+// worst of an operation's baselines, per tensor and per sequence (harness/tolerance.h).
+struct Baseline {
+  std::string name;
+  Values values;
+};
+
 class Operation {
  public:
   virtual ~Operation() = default;
   virtual std::vector<OutputSpec> outputs(const cases::Case& c) const = 0;
   virtual Values oracle(const cases::Case& c, const cases::TensorMap& inputs) const = 0;
-  // A straightforward implementation in the case's precision (tolerance baseline).
-  virtual Values baseline(const cases::Case& c, const cases::TensorMap& inputs) const = 0;
+  // The straightforward implementations in real use, in the case's precision (tolerance
+  // baselines); `precision` adds the baseline of a backend's declared matmul precision (TF32).
+  // Empty for operations compared bit-exactly.
+  virtual std::vector<Baseline> baselines(const cases::Case& c, const cases::TensorMap& inputs,
+                                          MatmulPrecision precision) const = 0;
   virtual std::vector<SeqSlice> slices(const cases::Case& c, const std::string& output) const = 0;
   // Number of packed sequences, and each one's token count.
   virtual std::vector<int64_t> sequence_lengths(const cases::Case& c) const = 0;

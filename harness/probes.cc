@@ -1,9 +1,10 @@
-// The leakage probes.
+// The leakage probes (see probes.h for what each asks).
 #include "harness/probes.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "cases/generate.h"
@@ -18,15 +19,24 @@ using cases::TensorMap;
 
 struct Run {
   TensorMap outputs;
-  std::string error;  // empty when the run succeeded
+  std::string error;      // empty when the run succeeded
+  bool declined = false;  // the backend said it cannot run this variation (error: its reason)
 };
 
 Run run_once(Backend& b, const cases::Case& c, const TensorMap& inputs,
              const std::vector<OutputSpec>& specs) {
   Run r{allocate_outputs(specs), ""};
+  if (const Support s = b.supports(c); !s.ok) {
+    r.error = s.reason;
+    r.declined = true;
+    return r;
+  }
   try {
     const Status st = execute(b, c, inputs, r.outputs);
-    if (!st.ok()) r.error = st.message();
+    if (!st.ok()) {
+      r.error = st.message();
+      r.declined = st.code() == StatusCode::kUnsupported;
+    }
   } catch (const std::exception& e) {
     r.error = e.what();
   }
@@ -37,32 +47,87 @@ ProbeReport report(const std::string& name, Verdict v, std::string detail = "") 
   return {name, v, std::move(detail)};
 }
 
-// Compares the rows of sequence `seq` (whole sequence) between two runs of possibly different
-// layouts; returns "" when bit-identical, else a description of the first difference.
-std::string compare_sequence(const Operation& op, const cases::Case& ca, const TensorMap& a,
-                             int64_t seq_a, const cases::Case& cb, const TensorMap& b,
-                             int64_t seq_b) {
+// A failed probe run: skipped with the backend's reason when it declined the variation.
+ProbeReport run_failed(const std::string& name, const Run& r) {
+  if (r.declined) return report(name, Verdict::kSkipped, "the backend declined it: " + r.error);
+  return report(name, Verdict::kError, r.error);
+}
+
+// How two results of the same backend are compared: bit for bit, or within the per-sequence
+// tolerance of the plain run.
+struct Comparison {
+  bool exact;
+  const CaseResult* judged;
+
+  // The tolerance of sequence `seq` in output `name`, or nullptr (compared bit for bit).
+  const Threshold* tolerance(const std::string& name, int64_t seq) const {
+    for (const TensorReport& t : judged->tensors)
+      if (t.name == name && !t.exact && seq < static_cast<int64_t>(t.seqs.size()))
+        return &t.seqs[seq].threshold;
+    return nullptr;
+  }
+};
+
+// The flat element range of sequence `seq` of a token-major or sequence-major tensor.
+std::pair<int64_t, int64_t> sequence_range(const cases::Tensor& t, TensorMajor m, const Layout& L,
+                                           int64_t seq) {
+  if (m == TensorMajor::kToken) {
+    const int64_t total = L.total_tokens();
+    const int64_t per = total > 0 ? t.numel() / total : 0;
+    const int64_t first = token_row(L, seq, 0);
+    return {first * per, (first + L.lengths[seq]) * per};
+  }
+  const int64_t per = t.numel() / std::max<int64_t>(1, L.num_seqs());
+  return {seq * per, (seq + 1) * per};
+}
+
+// Whether sequence `seq_a` of run `a` (case ca) and sequence `seq_b` of run `b` (case cb) agree:
+// "" when they do, else what moved, where and by how much. `seq` indexes the plain run's
+// thresholds.
+std::string compare_sequence(const Operation& op, const Comparison& cmp, int64_t seq,
+                             const cases::Case& ca, const TensorMap& a, int64_t seq_a,
+                             const cases::Case& cb, const TensorMap& b, int64_t seq_b) {
   const Layout la = Layout::parse(ca.get("layout")), lb = Layout::parse(cb.get("layout"));
   for (const cases::Tensor& ta : a.all()) {
     const cases::Tensor* tb = b.find(ta.name());
     if (!tb) return fmt::format("output '{}' missing", ta.name());
     const TensorMajor m = op.major(ta.name());
     if (m == TensorMajor::kNone) continue;
-    const int64_t len = la.lengths[seq_a];
-    const auto ra = m == TensorMajor::kToken
-                        ? row_bytes(ta, m, la.total_tokens(), token_row(la, seq_a, 0), len)
-                        : row_bytes(ta, m, la.total_tokens(), seq_a, 1);
-    const auto rb = m == TensorMajor::kToken
-                        ? row_bytes(*tb, m, lb.total_tokens(), token_row(lb, seq_b, 0), len)
-                        : row_bytes(*tb, m, lb.total_tokens(), seq_b, 1);
-    if (ra != rb) {
-      size_t i = 0;
-      while (i < ra.size() && i < rb.size() && ra[i] == rb[i]) ++i;
-      const size_t per_token = len > 0 ? ra.size() / static_cast<size_t>(len) : 0;
-      if (m == TensorMajor::kToken && per_token > 0)
-        return fmt::format("seq {} differs in '{}' from token {}", seq_a, ta.name(), i / per_token);
-      return fmt::format("seq {} differs in '{}'", seq_a, ta.name());
+    const auto [a0, a1] = sequence_range(ta, m, la, seq_a);
+    const auto [b0, b1] = sequence_range(*tb, m, lb, seq_b);
+    if (a1 - a0 != b1 - b0) return fmt::format("seq {} has another size in '{}'", seq, ta.name());
+    const int64_t n = a1 - a0;
+    const size_t es = static_cast<size_t>(cases::dtype_size(ta.dtype()));
+    const bool same_bits =
+        ta.dtype() == tb->dtype() &&
+        std::memcmp(static_cast<const uint8_t*>(ta.data()) + a0 * es,
+                    static_cast<const uint8_t*>(tb->data()) + b0 * es, n * es) == 0;
+    if (same_bits) continue;
+    // How far it moved: max |Δ| (and where), relative RMS against the plain run's values.
+    double max_abs = 0.0, num = 0.0, den = 0.0;
+    int64_t at = -1, non_finite = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = ta.get(a0 + i), y = tb->get(b0 + i);
+      if (std::isfinite(x) != std::isfinite(y) || std::isnan(x) != std::isnan(y)) ++non_finite;
+      const double d = std::fabs(x - y);
+      if (!(d <= max_abs) && std::isfinite(d)) max_abs = d, at = i;
+      if (at < 0 && x != y) at = i;
+      if (std::isfinite(d)) num += d * d;
+      den += x * x;
     }
+    const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    const Threshold* tol = cmp.exact ? nullptr : cmp.tolerance(ta.name(), seq);
+    if (tol && within(*tol, rel, max_abs, non_finite)) continue;
+    const int64_t per_token =
+        m == TensorMajor::kToken && la.lengths[seq_a] > 0 ? n / la.lengths[seq_a] : 0;
+    const std::string where =
+        per_token > 0 && at >= 0 ? fmt::format(" from token {}", at / per_token) : "";
+    const std::string how = tol ? fmt::format("beyond its tolerance rel_rms {:.1e} / max|Δ| {:.1e}",
+                                              tol->rel_rms, tol->max_abs)
+                                : "compared bit for bit: the backend repeats bit-identically";
+    return fmt::format("seq {} moved in '{}'{}: max|Δ| {:.2e}, rel_rms {:.1e}{} ({})", seq,
+                       ta.name(), where, max_abs, rel,
+                       non_finite > 0 ? fmt::format(", {} non-finite", non_finite) : "", how);
   }
   return "";
 }
@@ -79,66 +144,43 @@ std::vector<int64_t> sample_sequences(int64_t n) {
   return s;
 }
 
-// For backends that are not batch-invariant: judge a variation of the case against its own
-// expectation; anything but a pass is a leak of the probe `name`.
-ProbeReport judge_variation(const std::string& name, Backend& b, const PreparedCase& variant,
-                            const std::string& what) {
-  const Run r = run_once(b, variant.c, variant.inputs, variant.outputs);
-  if (!r.error.empty()) return report(name, Verdict::kError, r.error);
-  const CaseResult j = judge(variant, r.outputs, b.name(), true);
-  if (j.verdict == Verdict::kPass) return report(name, Verdict::kPass);
-  return report(name, Verdict::kLeak, what + ": " + j.message);
-}
-
-ProbeReport probe_with_tolerance(const std::string& name, const PreparedCase& pc, Backend& b) {
-  const Layout L = Layout::parse(pc.c.get("layout"));
-  const int64_t n = L.num_seqs();
-  if (name == "alone") {
-    // Each sequence alone against its part of the pack, within that sequence's tolerance.
-    const Operation& op = operation_for(pc.c);
-    const Run pack = run_once(b, pc.c, pc.inputs, pc.outputs);
-    if (!pack.error.empty()) return report(name, Verdict::kError, pack.error);
-    for (int64_t s : sample_sequences(n)) {
-      const PreparedCase alone = prepare_pieces(pc, {{s, 0, L.lengths[s]}});
-      const Run r = run_once(b, alone.c, alone.inputs, alone.outputs);
-      if (!r.error.empty()) return report(name, Verdict::kError, r.error);
-      // The alone run, judged with the pack's part as its expectation.
-      PreparedCase vs_pack = alone;
-      for (auto& [out_name, values] : vs_pack.expected) {
-        const std::vector<double> whole = pack.outputs.at(out_name).to_double();
-        values = op.major(out_name) == TensorMajor::kSequence
-                     ? row_values(whole, n, s, 1)
-                     : row_values(whole, L.total_tokens(), token_row(L, s, 0), L.lengths[s]);
-      }
-      const CaseResult j = judge(vs_pack, r.outputs, b.name(), true);
-      if (j.verdict != Verdict::kPass)
-        return report(name, Verdict::kLeak,
-                      "seq " + std::to_string(s) + " alone differs from the pack: " + j.message);
-    }
-    return report(name, Verdict::kPass);
-  }
-  if (name == "order") {
-    std::vector<Piece> reversed;
-    for (int64_t s = n - 1; s >= 0; --s) reversed.push_back({s, 0, L.lengths[s]});
-    return judge_variation(name, b, prepare_pieces(pc, reversed), "pack reversed");
-  }
-  // isolation: alternate sequences regenerated, the whole case judged against its new oracle.
-  cases::GenOptions g;
-  for (int64_t s = 1; s < n; s += 2) g.sequence_salt[s] = 0x5eed + static_cast<uint64_t>(s);
-  return judge_variation(name, b, prepare(pc.c, g), "neighbours regenerated");
-}
-
-ProbeReport probe_repeat(const PreparedCase& pc, Backend& b, const TensorMap& outputs) {
+// The same case twice. Returns the report and whether the two runs were bit-identical.
+std::pair<ProbeReport, bool> probe_repeat(const PreparedCase& pc, Backend& b,
+                                          const TensorMap& outputs, const CaseResult& judged) {
   const Run again = run_once(b, pc.c, pc.inputs, pc.outputs);
-  if (!again.error.empty()) return report("repeat", Verdict::kError, again.error);
+  if (!again.error.empty()) return {run_failed("repeat", again), false};
+  const cases::Tensor* differs = nullptr;
   for (const cases::Tensor& t : outputs.all())
-    if (std::memcmp(t.data(), again.outputs.at(t.name()).data(), t.nbytes()) != 0)
-      return report("repeat", Verdict::kFail,
-                    fmt::format("two runs of the same case differ in '{}'", t.name()));
-  return report("repeat", Verdict::kPass);
+    if (std::memcmp(t.data(), again.outputs.at(t.name()).data(), t.nbytes()) != 0) {
+      differs = &t;
+      break;
+    }
+  if (!differs) return {report("repeat", Verdict::kPass), true};
+  if (b.deterministic())
+    return {report("repeat", Verdict::kFail,
+                   fmt::format("two runs of the same case differ in '{}', but the backend "
+                               "declares itself deterministic",
+                               differs->name())),
+            false};
+  // Not declared deterministic: the two runs must agree within every sequence's tolerance.
+  const Operation& op = operation_for(pc.c);
+  const Comparison tolerant{false, &judged};
+  const Layout L = Layout::parse(pc.c.get("layout"));
+  for (int64_t s = 0; s < L.num_seqs(); ++s) {
+    const std::string d =
+        compare_sequence(op, tolerant, s, pc.c, outputs, s, pc.c, again.outputs, s);
+    if (!d.empty())
+      return {report("repeat", Verdict::kFail, "two runs of the same case differ: " + d), false};
+  }
+  return {report("repeat", Verdict::kPass,
+                 fmt::format("not bit-reproducible ('{}' differs within tolerance): the other "
+                             "probes compare with tolerance",
+                             differs->name())),
+          false};
 }
 
-ProbeReport probe_isolation(const PreparedCase& pc, Backend& b, const TensorMap& outputs) {
+ProbeReport probe_isolation(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
+                            const Comparison& cmp) {
   const Operation& op = operation_for(pc.c);
   const Layout L = Layout::parse(pc.c.get("layout"));
   const int64_t n = L.num_seqs();
@@ -155,31 +197,33 @@ ProbeReport probe_isolation(const PreparedCase& pc, Backend& b, const TensorMap&
       if (group[s] != parity) g.sequence_salt[s] = 0x5eed + static_cast<uint64_t>(s);
     const TensorMap inputs = cases::generate_inputs(pc.c, g);
     const Run r = run_once(b, pc.c, inputs, pc.outputs);
-    if (!r.error.empty()) return report("isolation", Verdict::kError, r.error);
+    if (!r.error.empty()) return run_failed("isolation", r);
     for (int64_t s = 0; s < n; ++s) {
       if (group[s] != parity) continue;
-      const std::string d = compare_sequence(op, pc.c, outputs, s, pc.c, r.outputs, s);
+      const std::string d = compare_sequence(op, cmp, s, pc.c, outputs, s, pc.c, r.outputs, s);
       if (!d.empty())
-        return report("isolation", Verdict::kLeak, d + " when its neighbours' inputs change");
+        return report("isolation", Verdict::kLeak, d + " when only its neighbours' inputs changed");
     }
   }
   return report("isolation", Verdict::kPass);
 }
 
-ProbeReport probe_alone(const PreparedCase& pc, Backend& b, const TensorMap& outputs) {
+ProbeReport probe_alone(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
+                        const Comparison& cmp) {
   const Operation& op = operation_for(pc.c);
   const Layout L = Layout::parse(pc.c.get("layout"));
   for (int64_t s : sample_sequences(L.num_seqs())) {
     const Repacked rp = repack(pc.c, pc.inputs, {{s, 0, L.lengths[s]}});
     const Run r = run_once(b, rp.c, rp.tensors, op.outputs(rp.c));
-    if (!r.error.empty()) return report("alone", Verdict::kError, r.error);
-    const std::string d = compare_sequence(op, pc.c, outputs, s, rp.c, r.outputs, 0);
+    if (!r.error.empty()) return run_failed("alone", r);
+    const std::string d = compare_sequence(op, cmp, s, pc.c, outputs, s, rp.c, r.outputs, 0);
     if (!d.empty()) return report("alone", Verdict::kLeak, d + " between the pack and alone");
   }
   return report("alone", Verdict::kPass);
 }
 
-ProbeReport probe_order(const PreparedCase& pc, Backend& b, const TensorMap& outputs) {
+ProbeReport probe_order(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
+                        const Comparison& cmp) {
   const Operation& op = operation_for(pc.c);
   const Layout L = Layout::parse(pc.c.get("layout"));
   const int64_t n = L.num_seqs();
@@ -187,16 +231,18 @@ ProbeReport probe_order(const PreparedCase& pc, Backend& b, const TensorMap& out
   for (int64_t s = n - 1; s >= 0; --s) reversed.push_back({s, 0, L.lengths[s]});
   const Repacked rp = repack(pc.c, pc.inputs, reversed);
   const Run r = run_once(b, rp.c, rp.tensors, op.outputs(rp.c));
-  if (!r.error.empty()) return report("order", Verdict::kError, r.error);
+  if (!r.error.empty()) return run_failed("order", r);
   for (int64_t s = 0; s < n; ++s) {
-    const std::string d = compare_sequence(op, pc.c, outputs, s, rp.c, r.outputs, n - 1 - s);
+    const std::string d =
+        compare_sequence(op, cmp, s, pc.c, outputs, s, rp.c, r.outputs, n - 1 - s);
     if (!d.empty()) return report("order", Verdict::kLeak, d + " when the pack is reversed");
   }
   return report("order", Verdict::kPass);
 }
 
 // Each sequence in two calls, cut mid-chunk; the second call starts from the first's states.
-ProbeReport probe_split(const PreparedCase& pc, Backend& b) {
+ProbeReport probe_split(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
+                        const CaseResult& judged) {
   const Operation& op = operation_for(pc.c);
   const Layout L = Layout::parse(pc.c.get("layout"));
   std::vector<Piece> first, second;
@@ -208,7 +254,7 @@ ProbeReport probe_split(const PreparedCase& pc, Backend& b) {
   }
   const Repacked r1 = repack(pc.c, pc.inputs, first);
   const Run a = run_once(b, r1.c, r1.tensors, op.outputs(r1.c));
-  if (!a.error.empty()) return report("split", Verdict::kError, a.error);
+  if (!a.error.empty()) return run_failed("split", a);
   Repacked r2 = repack(pc.c, pc.inputs, second);
   for (const auto& [out, in] : op.carried_states(pc.c)) {
     cases::Tensor carried = a.outputs.at(out);
@@ -220,7 +266,7 @@ ProbeReport probe_split(const PreparedCase& pc, Backend& b) {
       r2.tensors.add(std::move(state));
   }
   const Run c2 = run_once(b, r2.c, r2.tensors, op.outputs(r2.c));
-  if (!c2.error.empty()) return report("split", Verdict::kError, c2.error);
+  if (!c2.error.empty()) return run_failed("split", c2);
   // Reassemble the two calls in the original layout and judge against the oracle.
   TensorMap whole = allocate_outputs(pc.outputs);
   const int64_t total = L.total_tokens(), n = L.num_seqs();
@@ -249,33 +295,39 @@ ProbeReport probe_split(const PreparedCase& pc, Backend& b) {
   }
   const CaseResult j = judge(pc, whole, b.name(), true);
   if (j.verdict == Verdict::kPass) return report("split", Verdict::kPass);
-  return report("split", Verdict::kFail,
-                "two calls with carried state differ from one: " + j.message);
+  // Off the oracle: a failure only if it is also off the one-shot result by more than the
+  // tolerance (a one-shot run that is itself off the oracle is judged by the oracle comparison).
+  const Comparison tolerant{false, &judged};
+  for (int64_t s = 0; s < n; ++s) {
+    const std::string d = compare_sequence(op, tolerant, s, pc.c, outputs, s, pc.c, whole, s);
+    if (!d.empty())
+      return report("split", Verdict::kFail,
+                    "two calls with carried state differ from one: " + j.message + "; " + d);
+  }
+  return report("split", Verdict::kPass,
+                "off the oracle like the one-shot run, within tolerance of it: " + j.message);
 }
 
 }  // namespace
 
-std::vector<ProbeReport> run_probes(const PreparedCase& pc, Backend& b, const TensorMap& outputs) {
+std::vector<ProbeReport> run_probes(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
+                                    const CaseResult& judged) {
   std::vector<ProbeReport> out;
   const Operation& op = operation_for(pc.c);
   if (!op.repackable(pc.c)) return out;
-  if (!b.deterministic()) {
-    out.push_back(report("repeat", Verdict::kSkipped, "backend is not deterministic"));
-  } else {
-    out.push_back(probe_repeat(pc, b, outputs));
-  }
+  auto [repeat, identical] = probe_repeat(pc, b, outputs, judged);
+  out.push_back(std::move(repeat));
+  const Comparison cmp{identical && b.batch_invariant(pc.c), &judged};
   const Layout L = Layout::parse(pc.c.get("layout"));
-  if (L.num_seqs() >= 2 && b.batch_invariant(pc.c)) {
-    out.push_back(probe_isolation(pc, b, outputs));
-    out.push_back(probe_alone(pc, b, outputs));
-    out.push_back(probe_order(pc, b, outputs));
-  } else if (L.num_seqs() >= 2) {
-    for (const char* name : {"isolation", "alone", "order"})
-      out.push_back(probe_with_tolerance(name, pc, b));
+  if (L.num_seqs() >= 2) {
+    out.push_back(probe_isolation(pc, b, outputs, cmp));
+    out.push_back(probe_alone(pc, b, outputs, cmp));
+    out.push_back(probe_order(pc, b, outputs, cmp));
   }
   int64_t longest = 0;
   for (int64_t l : L.lengths) longest = std::max(longest, l);
-  if (!op.carried_states(pc.c).empty() && longest >= 2) out.push_back(probe_split(pc, b));
+  if (!op.carried_states(pc.c).empty() && longest >= 2)
+    out.push_back(probe_split(pc, b, outputs, judged));
   return out;
 }
 

@@ -32,7 +32,8 @@ struct TensorReport {
   bool exact = false;  // compared bit-exactly: metrics.count elements, `mismatches` differ
   int64_t mismatches = 0;
   Metrics metrics;
-  Metrics baseline;  // the same-precision baseline's error, which sets the threshold
+  Metrics baseline;           // the same-precision baselines' worst error, which sets the threshold
+  std::string baseline_name;  // the baseline with the largest relative RMS, e.g. "chunked fp32"
   Threshold threshold{};
   bool ok = true;
   std::vector<SeqReport> seqs;
@@ -52,6 +53,7 @@ struct CaseResult {
   std::string case_id;
   std::string op;
   std::string backend;
+  std::string precision = "fp32";  // the backend's declared matmul precision (fp32 | tf32)
   Verdict verdict = Verdict::kSkipped;
   std::string message;  // the one-line reason (failure message, error, unsupported reason)
   std::vector<TensorReport> tensors;

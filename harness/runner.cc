@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "cases/generate.h"
@@ -155,16 +156,56 @@ PreparedCase prepare(const cases::Case& c, const cases::GenOptions& options) {
   const Operation& op = operation_for(c);
   PreparedCase pc{c, cases::generate_inputs(c, options), {}, {}, op.outputs(c)};
   pc.expected = op.oracle(c, pc.inputs);
-  pc.baseline = op.baseline(c, pc.inputs);
-  if (!op.exact(c))
-    for (const OutputSpec& spec : pc.outputs) {
-      const std::vector<double>& e = pc.expected.at(spec.name);
-      const std::vector<double>& b = pc.baseline.at(spec.name);
-      std::vector<Metrics>& m = pc.baseline_metrics[spec.name];
-      m.push_back(measure(b, e, 0, static_cast<int64_t>(e.size())));
-      for (const SeqSlice& s : op.slices(c, spec.name)) m.push_back(measure(b, e, s.begin, s.end));
-    }
+  pc.baselines = op.baselines(c, pc.inputs, pc.precision);
+  measure_baselines(pc);
   return pc;
+}
+
+namespace {
+// The worst of the baselines on elements [begin, end) of one output.
+BaselineError worst_error(const PreparedCase& pc, const std::string& output, int64_t begin,
+                          int64_t end) {
+  BaselineError w;
+  const std::vector<double>& e = pc.expected.at(output);
+  bool first = true;
+  for (const Baseline& b : pc.baselines) {
+    const Metrics m = measure(b.values.at(output), e, begin, end);
+    if (first || m.rel_rms > w.metrics.rel_rms) {
+      const double max_abs = first ? m.max_abs : std::max(w.metrics.max_abs, m.max_abs);
+      const int64_t at = first || m.max_abs > w.metrics.max_abs ? m.max_index : w.metrics.max_index;
+      w.metrics = m;
+      w.metrics.max_abs = max_abs;
+      w.metrics.max_index = at;
+      w.name = b.name;
+    } else if (m.max_abs > w.metrics.max_abs) {
+      w.metrics.max_abs = m.max_abs;
+      w.metrics.max_index = m.max_index;
+    }
+    first = false;
+  }
+  return w;
+}
+}  // namespace
+
+void measure_baselines(PreparedCase& pc) {
+  const Operation& op = operation_for(pc.c);
+  pc.baseline_errors.clear();
+  if (op.exact(pc.c) || pc.baselines.empty()) return;
+  for (const OutputSpec& spec : pc.outputs) {
+    std::vector<BaselineError>& m = pc.baseline_errors[spec.name];
+    m.push_back(
+        worst_error(pc, spec.name, 0, static_cast<int64_t>(pc.expected.at(spec.name).size())));
+    for (const SeqSlice& s : op.slices(pc.c, spec.name))
+      m.push_back(worst_error(pc, spec.name, s.begin, s.end));
+  }
+}
+
+Values worst_baseline(const PreparedCase& pc) {
+  Values out;
+  for (const auto& [name, errors] : pc.baseline_errors)
+    for (const Baseline& b : pc.baselines)
+      if (!errors.empty() && b.name == errors[0].name) out[name] = b.values.at(name);
+  return out;
 }
 
 cases::TensorMap allocate_outputs(const std::vector<OutputSpec>& specs) {
@@ -244,26 +285,28 @@ CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
       r.tensors.push_back(std::move(tr));
       continue;
     }
-    const std::vector<double>& base = pc.baseline.at(spec.name);
     for (size_t i = 0; all_zero && i < expected.size(); ++i) all_zero = expected[i] == 0.0;
 
     TensorReport tr;
     tr.name = spec.name;
     tr.dtype = cases::dtype_name(spec.dtype);
     const int64_t numel = t->numel();
-    const auto cached = pc.baseline_metrics.find(spec.name);
-    const std::vector<Metrics>* base_m =
-        cached == pc.baseline_metrics.end() ? nullptr : &cached->second;
+    const auto cached = pc.baseline_errors.find(spec.name);
+    const std::vector<BaselineError>* base_m =
+        cached == pc.baseline_errors.end() ? nullptr : &cached->second;
+    const std::vector<SeqSlice> slices = op.slices(pc.c, spec.name);
     const auto pre = measured.find(spec.name);
     tr.metrics = pre != measured.end() ? pre->second : measure_actual(0, numel);
-    tr.baseline = base_m ? (*base_m)[0] : measure(base, expected, 0, numel);
-    tr.threshold = threshold(spec.precision.value_or(spec.dtype), tr.baseline.rel_rms,
-                             tr.baseline.max_abs, tr.metrics.ref_max_abs, spec.ceiling_factor);
+    const BaselineError whole_base = base_m ? (*base_m)[0] : worst_error(pc, spec.name, 0, numel);
+    tr.baseline = whole_base.metrics;
+    tr.baseline_name = whole_base.name;
+    tr.threshold =
+        threshold(spec.precision.value_or(spec.dtype), tr.baseline.rel_rms, tr.baseline.max_abs,
+                  tr.metrics.ref_max_abs, spec.ceiling_factor, spec.dtype);
     tr.ok = within(tr.threshold, tr.metrics.rel_rms, tr.metrics.max_abs, tr.metrics.non_finite);
     if (tr.metrics.max_abs > tr.threshold.resolution)
       r.margin = std::max({r.margin, tr.metrics.rel_rms / tr.threshold.rel_rms,
                            tr.metrics.max_abs / tr.threshold.max_abs});
-    const std::vector<SeqSlice> slices = op.slices(pc.c, spec.name);
     for (size_t si = 0; si < slices.size(); ++si) {
       const SeqSlice& s = slices[si];
       SeqReport sr;
@@ -277,10 +320,12 @@ CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
       const bool whole = s.begin == 0 && s.end == numel;
       sr.metrics = whole ? tr.metrics : measure_actual(s.begin, s.end);
       const Metrics b = whole    ? tr.baseline
-                        : base_m ? (*base_m)[si + 1]
-                                 : measure(base, expected, s.begin, s.end);
-      sr.threshold = sequence_threshold(spec.precision.value_or(spec.dtype), b.rel_rms, b.max_abs,
-                                        sr.metrics.ref_max_abs, tr.threshold);
+                        : base_m ? (*base_m)[si + 1].metrics
+                                 : worst_error(pc, spec.name, s.begin, s.end).metrics;
+      sr.threshold = sequence_threshold(
+          spec.dtype, b.rel_rms, b.max_abs,
+          {sr.metrics.ref_max_abs, sr.metrics.ref_rms, tr.metrics.ref_max_abs, tr.metrics.ref_rms},
+          tr.threshold);
       sr.ok = within(sr.threshold, sr.metrics.rel_rms, sr.metrics.max_abs, sr.metrics.non_finite);
       if (!sr.ok) {
         materialize();
@@ -369,10 +414,46 @@ CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
                       where.empty() ? first_problem : first_problem + " (" + where + ")");
 }
 
-CaseResult run_case(const PreparedCase& pc, Backend& backend, bool probes,
+namespace {
+
+// A prepared case whose baselines include `precision`'s (a TF32 backend on fp32 activations).
+PreparedCase with_precision(const PreparedCase& pc, MatmulPrecision precision) {
+  PreparedCase out = pc;
+  out.precision = precision;
+  out.baselines = operation_for(pc.c).baselines(pc.c, pc.inputs, precision);
+  measure_baselines(out);
+  return out;
+}
+
+bool has_fp32_activations(const PreparedCase& pc) {
+  for (const OutputSpec& s : pc.outputs)
+    if (s.precision.value_or(s.dtype) != cases::DType::kF32) return false;
+  return !pc.outputs.empty();
+}
+
+// The first sequence judged wrong in any tensor, or -1.
+int64_t first_bad_sequence(const CaseResult& r) {
+  int64_t first = -1;
+  for (const TensorReport& t : r.tensors)
+    for (const SeqReport& s : t.seqs)
+      if (!s.ok && (first < 0 || s.seq < first)) first = s.seq;
+  return first;
+}
+
+}  // namespace
+
+CaseResult run_case(const PreparedCase& prepared, Backend& backend, bool probes,
                     const FailureCallback& on_failure) {
   const auto t0 = std::chrono::steady_clock::now();
+  const MatmulPrecision precision = backend.matmul_precision();
+  // A backend that declares TF32 matmuls is judged against the TF32 baseline on fp32 cases.
+  std::optional<PreparedCase> tf32;
+  if (precision != prepared.precision && !operation_for(prepared.c).exact(prepared.c) &&
+      has_fp32_activations(prepared) && backend.supports(prepared.c).ok)
+    tf32 = with_precision(prepared, precision);
+  const PreparedCase& pc = tf32 ? *tf32 : prepared;
   CaseResult r = base_result(pc, backend.name());
+  r.precision = matmul_precision_name(precision);
   const Support s = backend.supports(pc.c);
   if (!s.ok) return with_verdict(std::move(r), Verdict::kUnsupported, s.reason);
   cases::TensorMap outputs = allocate_outputs(pc.outputs);
@@ -394,15 +475,28 @@ CaseResult run_case(const PreparedCase& pc, Backend& backend, bool probes,
     return with_verdict(std::move(r), v, st.message());
   }
   r = judge(pc, outputs, backend.name());
+  r.precision = matmul_precision_name(precision);
   r.seconds_backend = backend_seconds;
-  if (r.verdict == Verdict::kLeak) confirm_leak(pc, backend, r);
+  if (r.verdict == Verdict::kLeak || r.verdict == Verdict::kFail) confirm_leak(pc, backend, r);
+  if (r.verdict == Verdict::kFail && precision == MatmulPrecision::kDefault &&
+      has_fp32_activations(pc) && !operation_for(pc.c).exact(pc.c)) {
+    // An undeclared TF32 kernel: its errors fit the TF32 baseline's tolerance.
+    const PreparedCase as_tf32 = with_precision(pc, MatmulPrecision::kTF32);
+    if (judge(as_tf32, outputs, backend.name()).verdict == Verdict::kPass)
+      r.message +=
+          "; the errors are of TF32 size: the kernel likely runs fp32 matmuls in TF32 "
+          "(declare it with --matmul-precision tf32 if that is intended)";
+  }
   if (probes && (r.verdict == Verdict::kPass || r.verdict == Verdict::kFail)) {
     try {
-      r.probes = run_probes(pc, backend, outputs);
+      r.probes = run_probes(pc, backend, outputs, r);
     } catch (const std::exception& e) {
       r.probes.push_back({"probes", Verdict::kError, e.what()});
     }
     merge_probe_verdicts(r);
+  } else if (!probes && r.verdict == Verdict::kFail && r.seq_lengths.size() >= 2 &&
+             first_bad_sequence(r) == 0) {
+    r.message += "; a leak from a later sequence into seq 0 was not ruled out (probes are off)";
   }
   r.seconds_total = seconds_since(t0);
   if (on_failure && is_failure(r.verdict)) on_failure(pc, outputs, r);
@@ -448,21 +542,30 @@ PreparedCase prepare_pieces(const PreparedCase& pc, const std::vector<Piece>& pi
     return o;
   };
   out.expected = cut(pc.expected);
-  out.baseline = cut(pc.baseline);
+  for (const Baseline& b : pc.baselines) out.baselines.push_back({b.name, cut(b.values)});
+  out.precision = pc.precision;
+  measure_baselines(out);
   return out;
 }
 
 void confirm_leak(const PreparedCase& pc, Backend& backend, CaseResult& r) {
-  if (r.leak_seq < 0 || !operation_for(pc.c).repackable(pc.c)) return;
+  if (!operation_for(pc.c).repackable(pc.c)) return;
   const cases::Layout L = cases::Layout::parse(pc.c.get("layout"));
+  // A fail whose first wrong sequence is the first of a pack: is it wrong alone too?
+  const bool first_of_pack =
+      r.verdict == Verdict::kFail && L.num_seqs() >= 2 && first_bad_sequence(r) == 0;
+  const int64_t seq = first_of_pack ? 0 : r.leak_seq;
+  if (seq < 0 || (r.verdict == Verdict::kFail && !first_of_pack)) return;
   // Run the first wrong sequence by itself: right alone but wrong in the pack is a leak; wrong
-  // alone too is a plain failure that merely happens to spare the first sequence.
-  const PreparedCase alone = prepare_pieces(pc, {{r.leak_seq, 0, L.lengths.at(r.leak_seq)}});
+  // alone too is a plain failure that merely happens to spare the sequences before it.
+  const PreparedCase alone = prepare_pieces(pc, {{seq, 0, L.lengths.at(seq)}});
   cases::TensorMap outputs = allocate_outputs(alone.outputs);
   Verdict v = Verdict::kError;
   std::string why;
   try {
-    const Status st = execute(backend, alone.c, alone.inputs, outputs);
+    const Status st = backend.supports(alone.c).ok
+                          ? execute(backend, alone.c, alone.inputs, outputs)
+                          : Status::Unsupported(backend.supports(alone.c).reason);
     if (st.ok()) {
       const CaseResult a = judge(alone, outputs, backend.name(), true);
       v = a.verdict;
@@ -472,6 +575,22 @@ void confirm_leak(const PreparedCase& pc, Backend& backend, CaseResult& r) {
     }
   } catch (const std::exception& e) {
     why = e.what();
+  }
+  if (first_of_pack) {
+    if (v != Verdict::kPass) return;  // wrong by itself: stays a fail (the probes may say more)
+    for (const TensorReport& t : r.tensors)
+      if (!t.seqs.empty() && !t.seqs[0].ok) {
+        r.leak_seq = 0;
+        r.leak_token = t.seqs[0].first_bad_token;
+        r.leak_max_abs = t.seqs[0].metrics.max_abs;
+        break;
+      }
+    r.verdict = Verdict::kLeak;
+    r.message = fmt::format(
+        "seq 0 from token {}, max|Δ| {:.2e}: wrong in the pack and right alone, a later "
+        "sequence leaks into it ({})",
+        r.leak_token, r.leak_max_abs, r.message);
+    return;
   }
   if (v == Verdict::kPass) {
     r.message += fmt::format("; seq {} alone passes", r.leak_seq);

@@ -12,23 +12,39 @@
 #include "cases/op.h"
 #include "cases/tensor.h"
 #include "harness/backend.h"
-#include "harness/operation.h"
 #include "harness/compare.h"
+#include "harness/operation.h"
 #include "harness/result.h"
 
 namespace deltacheck::harness {
+
+// The worst of the baselines' errors on one output (whole tensor or one sequence): the largest
+// relative RMS and the largest max |Δ| over every baseline, and which baseline had the larger
+// relative RMS.
+struct BaselineError {
+  Metrics metrics;
+  std::string name;
+};
 
 struct PreparedCase {
   cases::Case c;
   cases::TensorMap inputs;
   Values expected;
-  Values baseline;
+  std::vector<Baseline> baselines;
   std::vector<OutputSpec> outputs;
-  // The baseline's own errors, per output: [0] the whole tensor, then one per SeqSlice in the
+  // The baselines' worst errors, per output: [0] the whole tensor, then one per SeqSlice in the
   // operation's order. Filled by prepare() so judging several backends (and probes) measures the
-  // baseline once; judge() computes them when absent.
-  std::map<std::string, std::vector<Metrics>> baseline_metrics = {};
+  // baselines once; judge() computes them when absent.
+  std::map<std::string, std::vector<BaselineError>> baseline_errors = {};
+  // The matmul precision the baselines include (a TF32 backend's case is re-prepared with it).
+  MatmulPrecision precision = MatmulPrecision::kDefault;
 };
+
+// The baselines' worst errors of every output of a prepared case (fills pc.baseline_errors).
+void measure_baselines(PreparedCase& pc);
+
+// For failure dumps: per output, the values of the baseline that set its threshold.
+Values worst_baseline(const PreparedCase& pc);
 
 // Generates inputs and computes the oracle and baseline. Throws on invalid cases. `salts`
 // regenerate chosen sequences (cases::GenOptions).
@@ -63,7 +79,9 @@ struct Piece;
 PreparedCase prepare_pieces(const PreparedCase& pc, const std::vector<Piece>& pieces);
 
 // For a result judged leak: reruns the first wrong sequence alone and turns the verdict into fail
-// when that sequence is wrong by itself too.
+// when that sequence is wrong by itself too. For a result judged fail whose first wrong sequence
+// is the first of a pack: reruns it alone and turns the verdict into leak when it is right by
+// itself (a later sequence leaks into it).
 void confirm_leak(const PreparedCase& pc, Backend& backend, CaseResult& r);
 
 struct RunOptions {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace deltacheck::harness {
 
@@ -31,17 +32,22 @@ Threshold from_baseline(const DTypeTolerance& d, double base_rel, double base_ab
 }  // namespace
 
 Threshold threshold(cases::DType t, double base_rel, double base_abs, double ref_max_abs,
-                    double ceiling_factor) {
+                    double ceiling_factor, std::optional<cases::DType> storage) {
   const DTypeTolerance d = dtype_tolerance(t);
-  Threshold th = from_baseline(d, base_rel, base_abs, ref_max_abs);
+  Threshold th =
+      from_baseline(dtype_tolerance(storage.value_or(t)), base_rel, base_abs, ref_max_abs);
   th.rel_rms = std::min(ceiling_factor * d.rel_ceiling, th.rel_rms);
   return th;
 }
 
-Threshold sequence_threshold(cases::DType t, double base_rel, double base_abs, double ref_max_abs,
-                             const Threshold& tensor) {
-  Threshold th = from_baseline(dtype_tolerance(t), base_rel, base_abs, ref_max_abs);
+Threshold sequence_threshold(cases::DType t, double base_rel, double base_abs,
+                             const SequenceScale& scale, const Threshold& tensor) {
+  const DTypeTolerance d = dtype_tolerance(t);
+  Threshold th = from_baseline(d, base_rel, base_abs, scale.ref_max_abs);
   th.rel_rms = std::max(tensor.rel_rms, th.rel_rms);
+  if (scale.ref_rms > 0 && scale.tensor_ref_rms > scale.ref_rms)
+    th.rel_rms = std::max(th.rel_rms, tensor.rel_rms * scale.tensor_ref_rms / scale.ref_rms);
+  th.max_abs = std::max(th.max_abs, d.abs_floor_frac * scale.tensor_ref_max_abs);
   return th;
 }
 
@@ -51,9 +57,44 @@ bool within(const Threshold& t, double rel_rms, double max_abs, int64_t non_fini
   return rel_rms <= t.rel_rms && max_abs <= t.max_abs;
 }
 
+const char* matmul_precision_name(MatmulPrecision p) {
+  return p == MatmulPrecision::kTF32 ? "tf32" : "fp32";
+}
+
+MatmulPrecision matmul_precision_from_name(const std::string& s) {
+  if (s == "fp32" || s == "default" || s.empty()) return MatmulPrecision::kDefault;
+  if (s == "tf32") return MatmulPrecision::kTF32;
+  throw std::invalid_argument("unknown matmul precision '" + s + "' (fp32 | tf32)");
+}
+
+std::vector<reference::Arithmetic> rule_baselines(cases::DType dtype, MatmulPrecision precision) {
+  using reference::Rounding;
+  const Rounding act = dtype == cases::DType::kBF16  ? Rounding::kBF16
+                       : dtype == cases::DType::kF16 ? Rounding::kF16
+                                                     : Rounding::kNone;
+  reference::Arithmetic recurrent;
+  recurrent.fp32 = true;
+  recurrent.output = act;
+  reference::Arithmetic chunked = recurrent;
+  chunked.form = reference::Formulation::kChunked;
+  std::vector<reference::Arithmetic> out{recurrent, chunked};
+  if (act != Rounding::kNone) {
+    reference::Arithmetic lowp = chunked;
+    lowp.operands = act;
+    lowp.stored = act;
+    out.push_back(lowp);
+  } else if (precision == MatmulPrecision::kTF32) {
+    reference::Arithmetic tf32 = chunked;
+    tf32.operands = Rounding::kTF32;
+    out.push_back(tf32);
+  }
+  return out;
+}
+
 std::string describe_policy() {
   return fmt::format(
-      "{}: err <= {} x err(same-precision recurrence) + floor, rel_rms ceiling "
+      "{}: err <= {} x max err(fp32 recurrence, fp32 chunked, chunked with activation-dtype "
+      "operands; tf32 operands where declared) + floor, rel_rms ceiling "
       "fp32 {:.0e} / bf16 {:.0e} / fp16 {:.0e} per tensor (x2 for the whole layer)",
       TolerancePolicy::kId, TolerancePolicy::kFactor,
       dtype_tolerance(cases::DType::kF32).rel_ceiling,

@@ -52,18 +52,20 @@ std::vector<Lane> make_lanes(const GatedDeltaRuleArgs& a) {
   return lanes;
 }
 
-// Copies q or k of one token and head, applying the optional L2 norm and a factor.
+// Copies q or k of one token and head in the compute type, applying the optional L2 norm and a
+// factor.
+template <typename T>
 void load_qk(const GatedDeltaRuleArgs& a, const double* src, int64_t row, int64_t t, int64_t head,
-             double factor, double* dst) {
+             T factor, T* dst) {
   const int64_t K = a.key_dim;
   const double* x = src + ((row * a.seq_len + t) * a.num_heads + head) * K;
-  double inv = 1.0;
+  T inv = T(1);
   if (a.use_qk_l2norm) {
-    double ss = 0.0;
-    for (int64_t i = 0; i < K; ++i) ss += x[i] * x[i];
-    inv = 1.0 / std::sqrt(ss + 1e-6);
+    T ss = T(0);
+    for (int64_t i = 0; i < K; ++i) ss += T(x[i]) * T(x[i]);
+    inv = T(1) / std::sqrt(ss + T(1e-6));
   }
-  for (int64_t i = 0; i < K; ++i) dst[i] = x[i] * inv * factor;
+  for (int64_t i = 0; i < K; ++i) dst[i] = T(x[i]) * inv * factor;
 }
 
 double resolved_scale(const GatedDeltaRuleArgs& a) {
@@ -97,11 +99,15 @@ void validate(const GatedDeltaRuleArgs& a) {
   if (a.scale.has_value() && !std::isfinite(*a.scale)) fail("scale must be finite");
 }
 
-GatedDeltaRuleResult gated_delta_rule(const GatedDeltaRuleArgs& a) {
+namespace {
+
+// The token recurrence in compute type T; o rounded to `output` as the kernel stores it.
+template <typename T>
+GatedDeltaRuleResult recurrent(const GatedDeltaRuleArgs& a, Rounding output) {
   validate(a);
   const int64_t K = a.key_dim, V = a.value_dim, H = a.num_heads, HV = a.num_value_heads;
   const int64_t group = HV / H;
-  const double scale = resolved_scale(a);
+  const T scale = static_cast<T>(resolved_scale(a));
   GatedDeltaRuleResult r;
   r.output.assign(static_cast<size_t>(a.batch * a.seq_len * HV * V), 0.0);
   r.final_state.assign(static_cast<size_t>(num_sequences(a) * HV * K * V), 0.0);
@@ -110,61 +116,66 @@ GatedDeltaRuleResult gated_delta_rule(const GatedDeltaRuleArgs& a) {
   for_each_lane(static_cast<int64_t>(lanes.size()), [&](int64_t li) {
     const Lane& L = lanes[li];
     const int64_t qk_head = L.value_head / group;
-    double* S = r.final_state.data() + (L.seq * HV + L.value_head) * K * V;  // [K][V]
+    std::vector<T> S(static_cast<size_t>(K * V), T(0));  // [K][V]
     if (a.initial_state) {
       const double* s0 = a.initial_state + (L.seq * HV + L.value_head) * K * V;
-      for (int64_t i = 0; i < K * V; ++i) S[i] = s0[i];
+      for (int64_t i = 0; i < K * V; ++i) S[i] = static_cast<T>(s0[i]);
     }
-    std::vector<double> q(K), k(K), u(V);
+    std::vector<T> q(K), k(K), u(V), o(V);
     for (int64_t t = L.token_begin; t < L.token_begin + L.length; ++t) {
       const int64_t tok = (L.batch_row * a.seq_len + t) * HV + L.value_head;
-      load_qk(a, a.q, L.batch_row, t, qk_head, scale, q.data());
-      load_qk(a, a.k, L.batch_row, t, qk_head, 1.0, k.data());
-      const double decay = std::exp(a.g[tok]);
-      const double beta = a.beta[tok];
+      load_qk<T>(a, a.q, L.batch_row, t, qk_head, scale, q.data());
+      load_qk<T>(a, a.k, L.batch_row, t, qk_head, T(1), k.data());
+      const T decay = std::exp(static_cast<T>(a.g[tok]));
+      const T beta = static_cast<T>(a.beta[tok]);
       const double* v = a.v + tok * V;
       // The four steps of the rule in two passes over the rows of S (each element still sees
       // the steps in order; the sums over i run in the same order as four separate passes).
       // S <- exp(g) S  and  u = S^T k
-      for (int64_t j = 0; j < V; ++j) u[j] = 0.0;
+      for (int64_t j = 0; j < V; ++j) u[j] = T(0);
       for (int64_t i = 0; i < K; ++i) {
-        double* Si = S + i * V;
-        const double ki = k[i];
+        T* Si = S.data() + i * V;
+        const T ki = k[i];
         for (int64_t j = 0; j < V; ++j) {
           Si[j] *= decay;
           u[j] += Si[j] * ki;
         }
       }
       // u = beta (v - S^T k)
-      for (int64_t j = 0; j < V; ++j) u[j] = beta * (v[j] - u[j]);
+      for (int64_t j = 0; j < V; ++j) u[j] = beta * (static_cast<T>(v[j]) - u[j]);
       // S <- S + k u^T  and  o = S^T (scale q)
-      double* o = r.output.data() + tok * V;
+      for (int64_t j = 0; j < V; ++j) o[j] = T(0);
       for (int64_t i = 0; i < K; ++i) {
-        double* Si = S + i * V;
-        const double ki = k[i], qi = q[i];
+        T* Si = S.data() + i * V;
+        const T ki = k[i], qi = q[i];
         for (int64_t j = 0; j < V; ++j) {
           Si[j] += ki * u[j];
           o[j] += Si[j] * qi;
         }
       }
+      double* out = r.output.data() + tok * V;
+      for (int64_t j = 0; j < V; ++j) out[j] = round_to(output, static_cast<double>(o[j]));
     }
+    double* fs = r.final_state.data() + (L.seq * HV + L.value_head) * K * V;
+    for (int64_t i = 0; i < K * V; ++i) fs[i] = static_cast<double>(S[i]);
   });
   return r;
 }
 
-// Chunked form. Within a chunk starting from state S0, with G_t the cumulative log decay from the
-// chunk start (inclusive) and D_tj = exp(G_t - G_j) for j <= t:
-//   (I + A) U = beta * (V - exp(G) * (K S0)),   A_tj = beta_t D_tj (k_t . k_j) for j < t
-//   O = exp(G) * (Q S0) + (D .* Q K^T)_{j<=t} U
-//   S_end = exp(G_last) S0 + sum_j D_last,j k_j u_j^T
-// The unit lower-triangular system is solved by explicitly forming T = (I + A)^-1 (the "UT
-// transform") and multiplying, which is a different order of operations from the recurrence.
-GatedDeltaRuleResult gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, int64_t chunk_size) {
+// The chunked form in compute type T (see Formulation::kChunked). With operands and stored both
+// kNone it is the plain chunked algorithm; a rounding models where a tensor-core kernel reads
+// matmul operands in a narrower format (`op`) and keeps intermediates in the activation dtype
+// (`st`).
+template <typename T>
+GatedDeltaRuleResult chunked(const GatedDeltaRuleArgs& a, const Arithmetic& how) {
   validate(a);
-  if (chunk_size < 1) throw std::invalid_argument("chunk_size must be >= 1");
+  const int64_t C = how.chunk_size;
+  if (C < 1) throw std::invalid_argument("chunk_size must be >= 1");
   const int64_t K = a.key_dim, V = a.value_dim, H = a.num_heads, HV = a.num_value_heads;
   const int64_t group = HV / H;
-  const double scale = resolved_scale(a);
+  const T scale = static_cast<T>(resolved_scale(a));
+  const Rounding op = how.operands, st = how.stored;
+  auto R = [](Rounding r, T x) { return round_to(r, x); };
   GatedDeltaRuleResult r;
   r.output.assign(static_cast<size_t>(a.batch * a.seq_len * HV * V), 0.0);
   r.final_state.assign(static_cast<size_t>(num_sequences(a) * HV * K * V), 0.0);
@@ -173,92 +184,151 @@ GatedDeltaRuleResult gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, int64
   for_each_lane(static_cast<int64_t>(lanes.size()), [&](int64_t li) {
     const Lane& L = lanes[li];
     const int64_t qk_head = L.value_head / group;
-    const int64_t C = chunk_size;
-    std::vector<double> S(K * V, 0.0);
+    std::vector<T> S(static_cast<size_t>(K * V), T(0));  // [K][V], kept in T between chunks
     if (a.initial_state) {
       const double* s0 = a.initial_state + (L.seq * HV + L.value_head) * K * V;
-      S.assign(s0, s0 + K * V);
+      for (int64_t i = 0; i < K * V; ++i) S[i] = static_cast<T>(s0[i]);
     }
-    std::vector<double> Q(C * K), Kc(C * K), Vc(C * V), G(C), B(C), Am(C * C), Tm(C * C),
-        Rhs(C * V), U(C * V), Snew(K * V);
+    // Per chunk: q and k as matmul operands, v, gates, betas, the UT matrix, w, u, v_new, and the
+    // state as an operand.
+    std::vector<T> Q(C * K), Kc(C * K), Vc(C * V), G(C), B(C), A(C * C), Tm(C * C), KB(C * K),
+        VB(C * V), W(C * K), U(C * V), Vn(C * V), Sop(K * V), O(V);
     for (int64_t c0 = 0; c0 < L.length; c0 += C) {
       const int64_t n = std::min(C, L.length - c0);
-      double cum = 0.0;
+      T cum = T(0);
       for (int64_t t = 0; t < n; ++t) {
         const int64_t pos = L.token_begin + c0 + t;
         const int64_t tok = (L.batch_row * a.seq_len + pos) * HV + L.value_head;
-        load_qk(a, a.q, L.batch_row, pos, qk_head, scale, &Q[t * K]);
-        load_qk(a, a.k, L.batch_row, pos, qk_head, 1.0, &Kc[t * K]);
-        for (int64_t j = 0; j < V; ++j) Vc[t * V + j] = a.v[tok * V + j];
-        cum += a.g[tok];
+        load_qk<T>(a, a.q, L.batch_row, pos, qk_head, T(1), &Q[t * K]);
+        load_qk<T>(a, a.k, L.batch_row, pos, qk_head, T(1), &Kc[t * K]);
+        for (int64_t i = 0; i < K; ++i) {
+          Q[t * K + i] = R(op, R(st, Q[t * K + i]));
+          Kc[t * K + i] = R(op, R(st, Kc[t * K + i]));
+        }
+        for (int64_t j = 0; j < V; ++j) Vc[t * V + j] = static_cast<T>(a.v[tok * V + j]);
+        cum += static_cast<T>(a.g[tok]);  // chunk-local cumulative gate
         G[t] = cum;
-        B[t] = a.beta[tok];
+        B[t] = static_cast<T>(a.beta[tok]);
       }
-      auto dot = [&](const double* x, const double* y) {
-        double s = 0.0;
-        for (int64_t i = 0; i < K; ++i) s += x[i] * y[i];
+      auto dot = [](const T* x, const T* y, int64_t len) {
+        T s = T(0);
+        for (int64_t i = 0; i < len; ++i) s += x[i] * y[i];
         return s;
       };
-      // A_tj = beta_t exp(G_t - G_j) (k_t . k_j), j < t; then T = (I + A)^-1 by forward
-      // substitution on the identity, column by column.
+      // A_tj = beta_t exp(G_t - G_j) (k_t . k_j), j < t; T = (I + A)^-1 by forward substitution.
       for (int64_t t = 0; t < n; ++t)
         for (int64_t j = 0; j < t; ++j)
-          Am[t * n + j] = B[t] * std::exp(G[t] - G[j]) * dot(&Kc[t * K], &Kc[j * K]);
-      for (int64_t i = 0; i < n * n; ++i) Tm[i] = 0.0;
+          A[t * n + j] = B[t] * std::exp(G[t] - G[j]) * dot(&Kc[t * K], &Kc[j * K], K);
+      for (int64_t i = 0; i < n * n; ++i) Tm[i] = T(0);
       for (int64_t col = 0; col < n; ++col) {
-        Tm[col * n + col] = 1.0;
+        Tm[col * n + col] = T(1);
         for (int64_t t = col + 1; t < n; ++t) {
-          double s = 0.0;
-          for (int64_t j = col; j < t; ++j) s += Am[t * n + j] * Tm[j * n + col];
+          T s = T(0);
+          for (int64_t j = col; j < t; ++j) s += A[t * n + j] * Tm[j * n + col];
           Tm[t * n + col] = -s;
         }
       }
-      // Rhs = beta * (V - exp(G) * K S0)
+      for (int64_t i = 0; i < n * n; ++i) Tm[i] = R(op, R(st, Tm[i]));
+      // w = T (beta exp(G) k),  u = T (beta v)
       for (int64_t t = 0; t < n; ++t) {
-        const double eg = std::exp(G[t]);
+        const T eg = std::exp(G[t]);
+        for (int64_t i = 0; i < K; ++i) KB[t * K + i] = R(op, R(st, Kc[t * K + i] * B[t] * eg));
+        for (int64_t j = 0; j < V; ++j) VB[t * V + j] = R(op, R(st, Vc[t * V + j] * B[t]));
+      }
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t i = 0; i < K; ++i) {
+          T s = T(0);
+          for (int64_t m = 0; m <= t; ++m) s += Tm[t * n + m] * KB[m * K + i];
+          W[t * K + i] = R(op, R(st, s));
+        }
         for (int64_t j = 0; j < V; ++j) {
-          double ks = 0.0;
-          for (int64_t i = 0; i < K; ++i) ks += Kc[t * K + i] * S[i * V + j];
-          Rhs[t * V + j] = B[t] * (Vc[t * V + j] - eg * ks);
+          T s = T(0);
+          for (int64_t m = 0; m <= t; ++m) s += Tm[t * n + m] * VB[m * V + j];
+          U[t * V + j] = R(st, s);
         }
       }
-      // U = T Rhs
+      // The state as a matmul operand; v_new = u - w S.
+      for (int64_t i = 0; i < K * V; ++i) Sop[i] = R(op, R(st, S[i]));
       for (int64_t t = 0; t < n; ++t)
         for (int64_t j = 0; j < V; ++j) {
-          double s = 0.0;
-          for (int64_t m = 0; m <= t; ++m) s += Tm[t * n + m] * Rhs[m * V + j];
-          U[t * V + j] = s;
+          T s = T(0);
+          for (int64_t i = 0; i < K; ++i) s += W[t * K + i] * Sop[i * V + j];
+          Vn[t * V + j] = R(op, R(st, U[t * V + j] - s));
         }
-      // O = exp(G) Q S0 + (D .* Q K^T) U
+      // o = scale (exp(G) q S + (q k^T * decay)_{j<=t} v_new)
       for (int64_t t = 0; t < n; ++t) {
         const int64_t pos = L.token_begin + c0 + t;
         const int64_t tok = (L.batch_row * a.seq_len + pos) * HV + L.value_head;
-        const double eg = std::exp(G[t]);
-        double* o = r.output.data() + tok * V;
+        const T eg = std::exp(G[t]);
         for (int64_t j = 0; j < V; ++j) {
-          double qs = 0.0;
-          for (int64_t i = 0; i < K; ++i) qs += Q[t * K + i] * S[i * V + j];
-          o[j] = eg * qs;
+          T qs = T(0);
+          for (int64_t i = 0; i < K; ++i) qs += Q[t * K + i] * Sop[i * V + j];
+          O[j] = eg * qs;
         }
         for (int64_t m = 0; m <= t; ++m) {
-          const double w = std::exp(G[t] - G[m]) * dot(&Q[t * K], &Kc[m * K]);
-          for (int64_t j = 0; j < V; ++j) o[j] += w * U[m * V + j];
+          const T w = R(op, R(st, std::exp(G[t] - G[m]) * dot(&Q[t * K], &Kc[m * K], K)));
+          for (int64_t j = 0; j < V; ++j) O[j] += w * Vn[m * V + j];
+        }
+        double* out = r.output.data() + tok * V;
+        for (int64_t j = 0; j < V; ++j) out[j] = round_to(how.output, double(scale * O[j]));
+      }
+      // S <- exp(G_last) S + sum_m k_m (exp(G_last - G_m) v_new_m)^T
+      const T glast = G[n - 1], eglast = std::exp(glast);
+      for (int64_t i = 0; i < K * V; ++i) S[i] *= eglast;
+      for (int64_t m = 0; m < n; ++m) {
+        const T d = std::exp(glast - G[m]);
+        for (int64_t j = 0; j < V; ++j) O[j] = R(op, R(st, Vn[m * V + j] * d));
+        for (int64_t i = 0; i < K; ++i) {
+          const T ki = Kc[m * K + i];
+          for (int64_t j = 0; j < V; ++j) S[i * V + j] += ki * O[j];
         }
       }
-      // S_end = exp(G_last) S0 + sum_m exp(G_last - G_m) k_m u_m^T
-      const double glast = G[n - 1];
-      for (int64_t i = 0; i < K * V; ++i) Snew[i] = std::exp(glast) * S[i];
-      for (int64_t m = 0; m < n; ++m) {
-        const double w = std::exp(glast - G[m]);
-        for (int64_t i = 0; i < K; ++i)
-          for (int64_t j = 0; j < V; ++j) Snew[i * V + j] += w * Kc[m * K + i] * U[m * V + j];
-      }
-      S.swap(Snew);
     }
-    double* out = r.final_state.data() + (L.seq * HV + L.value_head) * K * V;
-    for (int64_t i = 0; i < K * V; ++i) out[i] = S[i];
+    double* fs = r.final_state.data() + (L.seq * HV + L.value_head) * K * V;
+    for (int64_t i = 0; i < K * V; ++i) fs[i] = static_cast<double>(S[i]);
   });
   return r;
+}
+
+}  // namespace
+
+const char* rounding_name(Rounding r) {
+  switch (r) {
+    case Rounding::kTF32:
+      return "tf32";
+    case Rounding::kBF16:
+      return "bf16";
+    case Rounding::kF16:
+      return "fp16";
+    case Rounding::kNone:
+      break;
+  }
+  return "none";
+}
+
+std::string describe(const Arithmetic& how) {
+  std::string s = how.form == Formulation::kRecurrent ? "recurrent" : "chunked";
+  s += how.fp32 ? " fp32" : " fp64";
+  if (how.operands != Rounding::kNone)
+    s += std::string(", ") + rounding_name(how.operands) + " operands";
+  return s;
+}
+
+GatedDeltaRuleResult gated_delta_rule(const GatedDeltaRuleArgs& a, const Arithmetic& how) {
+  if (how.form == Formulation::kRecurrent)
+    return how.fp32 ? recurrent<float>(a, how.output) : recurrent<double>(a, how.output);
+  return how.fp32 ? chunked<float>(a, how) : chunked<double>(a, how);
+}
+
+GatedDeltaRuleResult gated_delta_rule(const GatedDeltaRuleArgs& a) {
+  return recurrent<double>(a, Rounding::kNone);
+}
+
+GatedDeltaRuleResult gated_delta_rule_chunked(const GatedDeltaRuleArgs& a, int64_t chunk_size) {
+  Arithmetic how;
+  how.form = Formulation::kChunked;
+  how.chunk_size = chunk_size;
+  return chunked<double>(a, how);
 }
 
 }  // namespace deltacheck::reference

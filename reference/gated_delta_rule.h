@@ -2,14 +2,22 @@
 //
 // Per sequence and value head, per token t, in this order (DESIGN.md, "Gated delta rule"):
 //   S <- exp(g_t) * S;  u = beta_t * (v_t - S^T k_t);  S <- S + k_t u^T;  o_t = S^T (scale * q_t)
-// gated_delta_rule() is the plain recurrence. gated_delta_rule_chunked() is an independently
-// written second formulation (chunked WY / UT-transform form) that exists only to cross-check the
-// first.
+// gated_delta_rule() is the plain recurrence. gated_delta_rule_chunked() is the second
+// formulation (chunked WY / UT-transform form) that cross-checks it.
+//
+// One source, templated on the compute type, gives the FP64 oracle and the same-precision
+// baselines the tolerance is measured against (harness/tolerance.h, like CUTLASS's host
+// references): the fp32 token recurrence, the fp32 chunked form with chunk-local cumulative
+// gates, and the chunked form whose matmul operands are rounded to the activation dtype (or to
+// TF32) with fp32 accumulation. Nothing here is shared with the kernels under test.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
+
+#include "reference/rounding.h"
 
 namespace deltacheck::reference {
 
@@ -42,7 +50,36 @@ int64_t num_sequences(const GatedDeltaRuleArgs& args);
 // Throws std::invalid_argument naming the inconsistency when args do not describe a valid problem.
 void validate(const GatedDeltaRuleArgs& args);
 
+// FP64 recurrence (the oracle) and FP64 chunked form (its cross-check).
 GatedDeltaRuleResult gated_delta_rule(const GatedDeltaRuleArgs& args);
 GatedDeltaRuleResult gated_delta_rule_chunked(const GatedDeltaRuleArgs& args, int64_t chunk_size);
+
+// How a baseline computes the rule.
+enum class Formulation {
+  kRecurrent,  // token by token: S <- exp(g) S; u = beta (v - S^T k); S += k u^T; o = S^T q
+  // Chunks of `chunk_size` tokens (never across a sequence boundary) with chunk-local cumulative
+  // gates G, decays exp(G_i - G_j), the UT transform T = (I + A)^-1 by forward substitution,
+  // w = T (beta exp(G) k), u = T (beta v), v_new = u - w S, o = exp(G) q S + (q k^T * decay) v_new,
+  // S <- exp(G_last) S + (k exp(G_last - G))^T v_new: as FLA, FlashInfer and Transformers compute.
+  kChunked,
+};
+
+struct Arithmetic {
+  Formulation form = Formulation::kRecurrent;
+  bool fp32 = false;  // compute (and accumulate) in fp32; FP64 otherwise
+  // Chunked form only: how matmul operands are read (kTF32: tensor-core fp32; kBF16/kF16:
+  // operands in the activation dtype) and which format the intermediates a tensor-core kernel
+  // keeps in the activation dtype are stored in (normalized q and k, the UT matrix, w, u, v_new,
+  // the state where it enters a matmul, q k^T before it multiplies v_new). The state itself stays
+  // fp32 between chunks.
+  Rounding operands = Rounding::kNone;
+  Rounding stored = Rounding::kNone;
+  Rounding output = Rounding::kNone;  // o as the kernel stores it (the activation dtype)
+  int64_t chunk_size = 64;
+};
+
+std::string describe(const Arithmetic& how);  // e.g. "chunked fp32, bf16 operands"
+
+GatedDeltaRuleResult gated_delta_rule(const GatedDeltaRuleArgs& args, const Arithmetic& how);
 
 }  // namespace deltacheck::reference

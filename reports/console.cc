@@ -47,10 +47,27 @@ std::string format_result_line(const harness::CaseResult& r, const ConsoleOption
     metric = fmt::format("{:<12} rel_rms {:.1e} {} {:.1e}", r.worst_tensor, r.worst_rel_rms,
                          r.worst_rel_rms <= r.worst_threshold ? "<=" : "> ", r.worst_threshold);
   const std::string margin = r.worst_tensor.empty() ? "" : fmt::format("{:.2f}", r.margin);
-  std::string line = fmt::format("{} {:<28} {:<38} {:>5} {}\n", verdict_cell(r.verdict, o),
-                                 r.backend, metric, margin, r.case_id);
+  // The declared matmul precision travels with the backend's name where it is not fp32.
+  const std::string backend = r.precision.empty() || r.precision == "fp32"
+                                  ? r.backend
+                                  : r.backend + "[" + r.precision + "]";
+  std::string line = fmt::format("{} {:<28} {:<38} {:>5} {}\n", verdict_cell(r.verdict, o), backend,
+                                 metric, margin, r.case_id);
   if (r.verdict != Verdict::kPass && !r.message.empty())
     line += fmt::format("{:12}{}\n", "", r.message);
+  // For a wrong result, how far off against the same-precision baselines: a few times the worst
+  // baseline is a precision shortfall, orders of magnitude a wrong result.
+  if (r.verdict == Verdict::kFail || r.verdict == Verdict::kLeak)
+    for (const harness::TensorReport& t : r.tensors) {
+      if (t.ok || t.exact || t.metrics.non_finite > 0) continue;
+      const double base = t.baseline.rel_rms;
+      line += fmt::format(
+          "{:12}{}: rel_rms {:.2e} (threshold {:.2e}), max|Δ| {:.2e} (threshold {:.2e}); "
+          "worst same-precision baseline{}: rel_rms {:.2e}{}\n",
+          "", t.name, t.metrics.rel_rms, t.threshold.rel_rms, t.metrics.max_abs,
+          t.threshold.max_abs, t.baseline_name.empty() ? "" : " (" + t.baseline_name + ")", base,
+          base > 0 ? fmt::format(", {:.3g}x it", t.metrics.rel_rms / base) : std::string());
+    }
   for (const harness::ProbeReport& p : r.probes)
     if (p.verdict != Verdict::kPass && r.message.find("probe " + p.name) == std::string::npos)
       line += fmt::format("{:12}probe {}: {} {}\n", "", p.name, harness::verdict_name(p.verdict),

@@ -104,7 +104,7 @@ Status add_failure(const std::string& file, const harness::PreparedCase& pc,
   for (const cases::Tensor& t : outputs.all()) actual[t.name()] = t.to_double();
   for (Status st :
        {write_values(g.id, "actual", actual, pc.outputs),
-        write_values(g.id, "baseline", pc.baseline, pc.outputs),
+        write_values(g.id, "baseline", harness::worst_baseline(pc), pc.outputs),
         write_string_attr(g.id, "backend", r.backend),
         write_string_attr(g.id, "verdict", harness::verdict_name(r.verdict)),
         write_string_attr(g.id, "message", r.message), write_string_attr(g.id, "rerun", rerun)})

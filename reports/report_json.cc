@@ -91,6 +91,7 @@ json tensor_json(const harness::TensorReport& t, bool curves) {
             {"mismatches", t.mismatches},
             {"metrics", metrics_json(t.metrics)},
             {"baseline", metrics_json(t.baseline)},
+            {"baseline_name", t.baseline_name},
             {"threshold", threshold_json(t.threshold)},
             {"seqs", seqs}};
   if (curves && !t.token_error.empty()) j["token_error"] = nums(t.token_error);
@@ -111,6 +112,7 @@ harness::TensorReport tensor_from(const json& j) {
   t.mismatches = j.at("mismatches").get<int64_t>();
   t.metrics = metrics_from(j.at("metrics"));
   t.baseline = metrics_from(j.at("baseline"));
+  t.baseline_name = j.value("baseline_name", std::string());
   t.threshold = threshold_from(j.at("threshold"));
   for (const json& s : j.at("seqs")) {
     harness::SeqReport sr;
@@ -143,6 +145,7 @@ json entry_json(const Entry& e) {
             {"family", e.family},
             {"seed", e.seed},
             {"backend", r.backend},
+            {"precision", r.precision},
             {"verdict", harness::verdict_name(r.verdict)},
             {"message", r.message},
             {"worst",
@@ -171,6 +174,7 @@ Entry entry_from(const json& j) {
   e.family = j.at("family").get<std::string>();
   e.seed = j.at("seed").get<int64_t>();
   r.backend = j.at("backend").get<std::string>();
+  r.precision = j.value("precision", std::string("fp32"));
   r.verdict = harness::verdict_from_name(j.at("verdict").get<std::string>());
   r.message = j.at("message").get<std::string>();
   const json& w = j.at("worst");

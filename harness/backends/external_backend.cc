@@ -206,15 +206,23 @@ golden::StatusOr<Exit> run_program(const std::string& cmd, double timeout_s,
 
 class ExternalBackend : public Backend {
  public:
-  explicit ExternalBackend(const BackendOptions& o) : cmd_(o.cmd), timeout_s_(o.timeout_s) {}
+  explicit ExternalBackend(const BackendOptions& o)
+      : cmd_(o.cmd),
+        timeout_s_(o.timeout_s),
+        precision_(o.matmul_precision),
+        deterministic_(o.deterministic),
+        batch_invariant_(o.batch_invariant) {}
 
   std::string name() const override { return "external"; }
   std::string description() const override {
     return "a program run once per case: --cmd 'PROGRAM {in} {out}' [--timeout S] "
            "(protocol: golden/README.md)";
   }
-  // Nothing is known about the program; the probes must not assume repeatable bits.
-  bool deterministic() const override { return false; }
+  // Nothing is known about the program unless it was declared (--deterministic,
+  // --matmul-precision): the repeat probe measures whether its bits repeat.
+  bool deterministic() const override { return deterministic_; }
+  MatmulPrecision matmul_precision() const override { return precision_; }
+  bool batch_invariant(const cases::Case&) const override { return batch_invariant_; }
   Support supports(const cases::Case& c) const override { return Support::Yes(); }
 
   Status run(const cases::Case& c, const cases::TensorMap& inputs,
@@ -288,6 +296,9 @@ class ExternalBackend : public Backend {
  private:
   std::string cmd_;
   double timeout_s_;
+  MatmulPrecision precision_;
+  bool deterministic_;
+  bool batch_invariant_;
 };
 
 }  // namespace

@@ -79,6 +79,10 @@ std::string backend_option_args(const BackendSelection& b) {
     add("--timeout", fmt::format("{}", b.options.timeout_s));
   if (!b.options.library.empty()) add("--library", b.options.library);
   if (!b.options.op.empty()) add("--op", b.options.op);
+  if (b.options.matmul_precision != defaults.matmul_precision)
+    add("--matmul-precision", harness::matmul_precision_name(b.options.matmul_precision));
+  if (b.options.deterministic) s += (s.empty() ? "" : " ") + std::string("--deterministic");
+  if (b.options.batch_invariant) s += (s.empty() ? "" : " ") + std::string("--batch-invariant");
   if (b.isolate) s += (s.empty() ? "" : " ") + std::string("--isolate");
   return s;
 }
@@ -329,6 +333,25 @@ void add_backend_options(CLI::App* app, BackendSelection& b) {
   add_max_memory_option(app, b.max_memory);
   app->add_option("--library", b.options.library, "torch-op backend: shared library to load");
   app->add_option("--op", b.options.op, "torch-op backend: operator, e.g. myns::my_op");
+  app->add_option_function<std::string>(
+         "--matmul-precision",
+         [&b](const std::string& v) {
+           try {
+             b.options.matmul_precision = harness::matmul_precision_from_name(v);
+           } catch (const std::invalid_argument& e) {
+             throw CLI::ValidationError("--matmul-precision", e.what());
+           }
+         },
+         "external, torch-op: what the candidate's matmuls do with fp32 operands: fp32 | tf32 "
+         "(tf32 cases are judged against the TF32 baseline; printed with every result)")
+      ->type_name("fp32|tf32");
+  app->add_flag("--deterministic", b.options.deterministic,
+                "external, torch-op: the candidate promises bit-identical results for identical "
+                "inputs (two runs that differ then fail; otherwise the repeat probe measures it)");
+  app->add_flag("--batch-invariant", b.options.batch_invariant,
+                "external, torch-op: the candidate promises that a sequence's bits do not depend "
+                "on the rest of its batch (the leakage probes then compare bit for bit and catch "
+                "leaks below the tolerance; otherwise they compare with the tolerance)");
 }
 
 std::vector<std::unique_ptr<harness::Backend>> make_backends(const BackendSelection& b) {

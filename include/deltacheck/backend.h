@@ -24,6 +24,9 @@ namespace deltacheck {
 //   Support supports(const Case& c) const;    // Support::Yes() or Support::No("why")
 //   Status run(const Case& c, const TensorMap& inputs, TensorMap& outputs);
 //   bool deterministic() const;               // default true: same inputs, same bits
+//   bool batch_invariant(const Case&) const;  // default true: a sequence's bits do not depend
+//                                             // on the rest of its batch (probes bit for bit)
+//   MatmulPrecision matmul_precision() const; // default fp32; kTF32 for tensor-core fp32
 //   bool deliberately_wrong() const;          // default false
 // run() writes every tensor of `outputs`; the names, shapes and dtypes are fixed by the
 // operation (DESIGN.md; for gdr see deltacheck/gdr.h). Cases of multi-call cache modes
@@ -48,10 +51,20 @@ class FunctionBackend : public Backend {
   // Say false for kernels that may differ bit-wise between identical runs (atomics); the
   // repeat probe then tolerates it.
   FunctionBackend& set_deterministic(bool deterministic);
+  // Say true when a sequence's result is bit-identical whatever else is in its batch: the
+  // leakage probes then compare bit for bit and catch leaks below the tolerance. By default
+  // (false) a sequence that moves by less than its tolerance when its neighbours change is
+  // rounding that depends on the batch, not a leak (harness/probes.h).
+  FunctionBackend& set_batch_invariant(bool batch_invariant);
+  // Say kTF32 for kernels whose fp32 matmuls run in TF32: they are judged against the TF32
+  // baseline on fp32 cases.
+  FunctionBackend& set_matmul_precision(harness::MatmulPrecision precision);
 
   std::string name() const override { return name_; }
   std::string description() const override { return description_; }
   bool deterministic() const override { return deterministic_; }
+  bool batch_invariant(const Case&) const override { return batch_invariant_; }
+  harness::MatmulPrecision matmul_precision() const override { return precision_; }
   Support supports(const Case& c) const override;
   Status run(const Case& c, const TensorMap& inputs, TensorMap& outputs) override;
 
@@ -60,6 +73,8 @@ class FunctionBackend : public Backend {
   RunFunction run_;
   SupportFunction supports_;
   bool deterministic_ = true;
+  bool batch_invariant_ = false;
+  harness::MatmulPrecision precision_ = harness::MatmulPrecision::kDefault;
 };
 
 // deltacheck's own backends, for comparison or as a known-good / known-bad reference in your

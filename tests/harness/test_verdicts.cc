@@ -266,8 +266,9 @@ TEST(Integrity, BrokenOutputsNeverPass) {
               return Status::Ok();
             }),
             Verdict::kFail);
-  // A tiny error in the second sequence only is a leak naming it; the same in the first a fail.
-  // (Only inside a pack: the same sequence run alone is right, so this is a real leak.)
+  // A tiny error in the second sequence only is a leak naming it. (Only inside a pack: the same
+  // sequence run alone is right, so this is a real leak.) The same in the first sequence is a
+  // leak into it (right alone, wrong in the pack); wrong alone too, it is a fail.
   auto perturb = [](int64_t token) {
     return [token](const Case& c, const cases::TensorMap& in, cases::TensorMap& out) {
       Status s = correct(c, in, out);
@@ -278,7 +279,17 @@ TEST(Integrity, BrokenOutputsNeverPass) {
   };
   EXPECT_EQ(verdict_of(perturb(25), &msg), Verdict::kLeak);
   EXPECT_NE(msg.find("seq 2 from token 5"), std::string::npos) << msg;
-  EXPECT_EQ(verdict_of(perturb(3)), Verdict::kFail);
+  EXPECT_EQ(verdict_of(perturb(3), &msg), Verdict::kLeak);
+  EXPECT_NE(msg.find("a later sequence leaks into it"), std::string::npos) << msg;
+  EXPECT_EQ(verdict_of(
+                [](const Case& c, const cases::TensorMap& in, cases::TensorMap& out) {
+                  Status s = correct(c, in, out);
+                  for (int64_t j = 0; j < 8; ++j) out.at("o").set(3 * 2 * 64 + j, 0.5);
+                  return s;
+                },
+                &msg),
+            Verdict::kFail);
+  EXPECT_NE(msg.find("probes are off"), std::string::npos) << msg;
 }
 
 TEST(Integrity, DegenerateExpectationIsAnError) {

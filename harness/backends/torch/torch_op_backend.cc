@@ -97,7 +97,12 @@ std::string operators_in_namespace(const std::string& ns) {
 class TorchOpBackend : public Backend {
  public:
   explicit TorchOpBackend(const BackendOptions& o)
-      : library_(o.library), op_(o.op), device_name_(o.device) {}
+      : library_(o.library),
+        op_(o.op),
+        device_name_(o.device),
+        precision_(o.matmul_precision),
+        deterministic_(o.deterministic),
+        batch_invariant_(o.batch_invariant) {}
 
   std::string name() const override { return "torch-op"; }
   std::string description() const override {
@@ -107,8 +112,11 @@ class TorchOpBackend : public Backend {
              std::string(kTorchOpGdrSignature);
     return "custom torch operator " + op_ + " from " + library_;
   }
-  // Someone else's kernel: bit-identical reruns are not promised (atomics, split reductions).
-  bool deterministic() const override { return false; }
+  // Someone else's kernel: bit-identical reruns are not promised (atomics, split reductions)
+  // unless declared (--deterministic); the repeat probe measures it.
+  bool deterministic() const override { return deterministic_; }
+  MatmulPrecision matmul_precision() const override { return precision_; }
+  bool batch_invariant(const cases::Case&) const override { return batch_invariant_; }
 
   Support supports(const Case& c) const override {
     if (c.op() != "gdr")
@@ -214,6 +222,9 @@ class TorchOpBackend : public Backend {
   }
 
   std::string library_, op_, device_name_;
+  MatmulPrecision precision_;
+  bool deterministic_;
+  bool batch_invariant_;
   std::once_flag load_once_;
   Status load_status_;
   std::optional<c10::OperatorHandle> handle_;

@@ -1,0 +1,57 @@
+// Rounding to narrower number formats, for the same-precision tolerance baselines: what a value
+// becomes when a kernel stores it in bf16 / fp16, or when a tensor core reads it as a TF32 (or
+// bf16 / fp16) matmul operand. Written here, from the formats' definitions, so that the baselines
+// share no conversion code with the kernels they judge (kernels/common/half.h).
+//
+// Round to nearest, ties to even, on the exact double value; overflow goes to infinity and
+// gradual underflow follows each format's subnormals.
+#pragma once
+
+#include <cmath>
+#include <limits>
+
+namespace deltacheck::reference {
+
+enum class Rounding {
+  kNone,  // keep the compute type (fp32 or fp64)
+  kTF32,  // 10 explicit mantissa bits, fp32's exponent range (tensor-core fp32 matmul operands)
+  kBF16,  // 7 explicit mantissa bits, fp32's exponent range
+  kF16,   // 10 explicit mantissa bits, exponents -14..15, subnormals down to 2^-24
+};
+
+const char* rounding_name(Rounding r);
+
+namespace detail {
+// x rounded to `mantissa` explicit fraction bits with smallest normal exponent `emin` and largest
+// finite magnitude `max_finite`.
+inline double round_to_format(double x, int mantissa, int emin, double max_finite) {
+  if (x == 0.0 || !std::isfinite(x)) return x;
+  int e = std::ilogb(x);
+  if (e < emin) e = emin;  // subnormal range: a fixed quantum
+  const double quantum = std::ldexp(1.0, e - mantissa);
+  const double r = std::nearbyint(x / quantum) * quantum;  // ties to even (default mode)
+  if (std::fabs(r) > max_finite) return std::copysign(std::numeric_limits<double>::infinity(), x);
+  return r;
+}
+}  // namespace detail
+
+inline double round_to(Rounding r, double x) {
+  switch (r) {
+    case Rounding::kTF32:
+      return detail::round_to_format(x, 10, -126, 0x1.ffcp127);
+    case Rounding::kBF16:
+      return detail::round_to_format(x, 7, -126, 0x1.fep127);
+    case Rounding::kF16:
+      return detail::round_to_format(x, 10, -14, 65504.0);
+    case Rounding::kNone:
+      break;
+  }
+  return x;
+}
+
+// The same for a float: the result is exactly representable in fp32 for every format above.
+inline float round_to(Rounding r, float x) {
+  return r == Rounding::kNone ? x : static_cast<float>(round_to(r, static_cast<double>(x)));
+}
+
+}  // namespace deltacheck::reference
