@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 
+#include "reports/report_text.h"
+
 namespace deltacheck::reports {
 namespace {
 
@@ -49,12 +51,7 @@ std::string format_result_line(const harness::CaseResult& r, const ConsoleOption
   const std::string margin = r.worst_tensor.empty() ? "" : fmt::format("{:.2f}", r.margin);
   std::string line = fmt::format("{} {:<28} {:<38} {:>5} {}\n", verdict_cell(r.verdict, o),
                                  r.backend, metric, margin, r.case_id);
-  if (r.verdict != Verdict::kPass && !r.message.empty())
-    line += fmt::format("{:12}{}\n", "", r.message);
-  for (const harness::ProbeReport& p : r.probes)
-    if (p.verdict != Verdict::kPass && r.message.find("probe " + p.name) == std::string::npos)
-      line += fmt::format("{:12}probe {}: {} {}\n", "", p.name, harness::verdict_name(p.verdict),
-                          p.detail);
+  for (const std::string& reason : reason_lines(r)) line += fmt::format("{:12}{}\n", "", reason);
   return line;
 }
 

@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "cases/case.h"
+
 namespace deltacheck::reports {
 namespace {
 
@@ -67,6 +69,32 @@ std::string failure_headline(const harness::CaseResult& r) {
     return fmt::format("{} in {}{}", cmp, t.name, bad ? " (" + where(*bad) + ")" : "");
   }
   return r.message;  // e.g. a leak that only a probe saw
+}
+
+std::string readable_case_id(const std::string& id) {
+  try {
+    const cases::Case c = cases::Case::parse(id);
+    const cases::OpSchema& schema = cases::find_schema(c.op());
+    std::string o = c.op() + "(";
+    for (size_t i = 0; i < c.params().size(); ++i) {
+      const auto& [key, value] = c.params()[i];
+      if (key != "layout" && value == schema.params[i].default_value) continue;
+      o += (o.back() == '(' ? "" : ",") + key + "=" + value;
+    }
+    return o + ")";
+  } catch (const cases::CaseIdError&) {
+    return id;
+  }
+}
+
+std::vector<std::string> reason_lines(const harness::CaseResult& r) {
+  std::vector<std::string> lines;
+  if (r.verdict != Verdict::kPass && !r.message.empty()) lines.push_back(r.message);
+  for (const harness::ProbeReport& p : r.probes)
+    if (p.verdict != Verdict::kPass && r.message.find("probe " + p.name) == std::string::npos)
+      lines.push_back(
+          fmt::format("probe {}: {} {}", p.name, harness::verdict_name(p.verdict), p.detail));
+  return lines;
 }
 
 std::string result_details(const Entry& e) {
