@@ -89,45 +89,60 @@ float* decode_rows(const LinearAttentionLayerParams& p, const float* initial, fl
   return work;
 }
 
+// The fields the conv's prefill and update parameters share.
+template <typename Conv>
+Conv conv_params(const LinearAttentionLayerParams& p, int64_t D, void* mixed) {
+  Conv c;
+  c.channels = D;
+  c.width = p.conv_width;
+  c.dtype = p.dtype;
+  c.x = p.qkv;
+  c.out = mixed;
+  c.weight = p.conv_weight;
+  c.bias = p.conv_bias;
+  c.silu = true;
+  c.state_slots = p.state_slots;
+  c.num_state_rows = p.num_state_rows;
+  c.num_threads = p.num_threads;
+  return c;
+}
+
 // The short convolution of every token into `mixed`: the prefill kernel, or one update step.
 Status conv_step(const LinearAttentionLayerParams& p, int64_t D, void* mixed) {
   if (p.decode) {
     std::vector<float> scratch;
-    CausalConv1dUpdateParams u;
+    CausalConv1dUpdateParams u = conv_params<CausalConv1dUpdateParams>(p, D, mixed);
     u.num_seqs = p.seq_len;
-    u.channels = D;
-    u.width = p.conv_width;
-    u.dtype = p.dtype;
-    u.x = p.qkv;
-    u.out = mixed;
-    u.weight = p.conv_weight;
-    u.bias = p.conv_bias;
-    u.silu = true;
     u.state =
         decode_rows(p, p.initial_conv_state, p.final_conv_state, D * (p.conv_width - 1), scratch);
-    u.state_slots = p.state_slots;
-    u.num_state_rows = p.num_state_rows;
-    u.num_threads = p.num_threads;
     return causal_conv1d_update(u);
   }
-  CausalConv1dParams conv;
+  CausalConv1dParams conv = conv_params<CausalConv1dParams>(p, D, mixed);
   conv.seq_len = p.seq_len;
-  conv.channels = D;
-  conv.width = p.conv_width;
-  conv.dtype = p.dtype;
-  conv.x = p.qkv;
-  conv.out = mixed;
-  conv.weight = p.conv_weight;
-  conv.bias = p.conv_bias;
-  conv.silu = true;
   conv.cu_seqlens = p.cu_seqlens;
   conv.num_seqs = p.num_seqs;
   conv.initial_state = p.initial_conv_state;
   conv.final_state = p.final_conv_state;
-  conv.state_slots = p.state_slots;
-  conv.num_state_rows = p.num_state_rows;
-  conv.num_threads = p.num_threads;
   return causal_conv1d(conv);
+}
+
+// The fields the rule's chunked and decode parameters share (q, k, v, g, beta in, core out).
+template <typename Rule>
+Rule rule_params(const LinearAttentionLayerParams& p, const void* q, const void* k, const void* v,
+                 const float* g, const void* beta, void* core) {
+  Rule r;
+  r.num_heads = p.num_heads;
+  r.num_value_heads = p.num_value_heads;
+  r.key_dim = p.key_dim;
+  r.value_dim = p.value_dim;
+  r.dtype = p.dtype;
+  r.q = q, r.k = k, r.v = v, r.g = g, r.beta = beta, r.o = core;
+  r.state_slots = p.state_slots;
+  r.num_state_rows = p.num_state_rows;
+  r.scale = p.scale;
+  r.use_qk_l2norm = true;
+  r.num_threads = p.num_threads;
+  return r;
 }
 
 // The gated delta rule over every token into `core`: the chunked kernel, or one decode step.
@@ -135,41 +150,19 @@ Status rule_step(const LinearAttentionLayerParams& p, const void* q, const void*
                  const float* g, const void* beta, void* core) {
   if (p.decode) {
     std::vector<float> scratch;
-    RecurrentDecodeParams r;
+    RecurrentDecodeParams r = rule_params<RecurrentDecodeParams>(p, q, k, v, g, beta, core);
     r.num_seqs = p.seq_len;
-    r.num_heads = p.num_heads;
-    r.num_value_heads = p.num_value_heads;
-    r.key_dim = p.key_dim;
-    r.value_dim = p.value_dim;
-    r.dtype = p.dtype;
-    r.q = q, r.k = k, r.v = v, r.g = g, r.beta = beta, r.o = core;
     r.state = decode_rows(p, p.initial_state, p.final_state,
                           p.num_value_heads * p.key_dim * p.value_dim, scratch);
-    r.state_slots = p.state_slots;
-    r.num_state_rows = p.num_state_rows;
-    r.scale = p.scale;
-    r.use_qk_l2norm = true;
-    r.num_threads = p.num_threads;
     return recurrent_decode(r);
   }
-  GatedDeltaRuleParams rule;
+  GatedDeltaRuleParams rule = rule_params<GatedDeltaRuleParams>(p, q, k, v, g, beta, core);
   rule.seq_len = p.seq_len;
-  rule.num_heads = p.num_heads;
-  rule.num_value_heads = p.num_value_heads;
-  rule.key_dim = p.key_dim;
-  rule.value_dim = p.value_dim;
-  rule.dtype = p.dtype;
-  rule.q = q, rule.k = k, rule.v = v, rule.g = g, rule.beta = beta, rule.o = core;
   rule.cu_seqlens = p.cu_seqlens;
   rule.num_seqs = p.num_seqs;
   rule.initial_state = p.initial_state;
   rule.final_state = p.final_state;
-  rule.state_slots = p.state_slots;
-  rule.num_state_rows = p.num_state_rows;
-  rule.scale = p.scale;
-  rule.use_qk_l2norm = true;
   rule.chunk_size = p.chunk_size;
-  rule.num_threads = p.num_threads;
   return chunked_gated_delta_rule(rule);
 }
 
