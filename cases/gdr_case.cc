@@ -1,10 +1,11 @@
 // The gdr operation: gated delta rule prefill. Schema, input generation and suite cases.
+#include "cases/gdr_case.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "cases/det_math.h"
-#include "cases/gdr_case.h"
 #include "cases/op.h"
 #include "cases/rng.h"
 #include "cases/suites.h"
@@ -263,7 +264,8 @@ void gdr_suite(SuiteBuilder& b, Tier t) {
   }
   if (tier >= 1) {
     for (const auto& l : {"packed[1,2,15,16]", "single[129]", "packed[127,0,129]"})
-      for (const auto& calls : {"2", "5"}) add({{"layout", l}, {"cache", "chunked"}, {"calls", calls}});
+      for (const auto& calls : {"2", "5"})
+        add({{"layout", l}, {"cache", "chunked"}, {"calls", calls}});
     add({{"layout", "packed[1*40,2*30,3*20]"}, {"cache", "dynamic"}, {"calls", "4"}});
     add({{"layout", "packed[0,37,64]"}, {"cache", "dynamic"}, {"state", "mixed"}});
     add({{"layout", "packed[16,64,65]"}, {"cache", "pool"}, {"calls", "1"}});
@@ -297,6 +299,35 @@ void gdr_suite(SuiteBuilder& b, Tier t) {
              {"HV", "8"}});
     for (int s = 100; s < 110; ++s)
       add({{"layout", "packed[1*30,64,127,129,0,257]"}, {"seed", std::to_string(s)}});
+  }
+  if (tier < 1) return;
+  // Appended later, with seeds of their own (from 1000), so that the cases above keep their ids.
+  int appended_seed = 1000;
+  auto append = [&](const Params& over) {
+    b.add("gdr", merge(merge(base, {{"seed", std::to_string(appended_seed++)}}), over));
+  };
+  // Serving decode batches (one token per sequence) on a pool with padding entries: odd head
+  // dims with GVA, and many entries with many padding entries.
+  append({{"layout", "packed[1*8]"},
+          {"cache", "pool"},
+          {"calls", "2"},
+          {"K", "100"},
+          {"V", "60"},
+          {"HV", "8"}});
+  append({{"layout", "packed[1*40]"}, {"cache", "pool"}, {"calls", "9"}, {"dtype", "bf16"}});
+  // Small head dims, where the per-dtype ceiling is far above the baseline's error, so a
+  // relative slip shows: prefill in every dtype, and the decode, pool and chunked paths.
+  for (const auto& [k, v] :
+       std::vector<std::pair<std::string, std::string>>{{"4", "4"}, {"8", "8"}, {"8", "2"}})
+    for (const auto& dt : dtypes)
+      append({{"layout", "packed[63,0,65]"}, {"K", k}, {"V", v}, {"dtype", dt}});
+  for (const auto& [k, v] :
+       std::vector<std::pair<std::string, std::string>>{{"4", "4"}, {"8", "8"}}) {
+    append({{"layout", "packed[1*12]"}, {"cache", "pool"}, {"K", k}, {"V", v}});
+    append({{"layout", "packed[1*8]"}, {"cache", "decode"}, {"K", k}, {"V", v}});
+    append({{"layout", "packed[1,2,15,16]"}, {"cache", "chunked"}, {"K", k}, {"V", v}});
+    append({{"layout", "batch[6x3]"}, {"cache", "spec"}, {"K", k}, {"V", v}});
+    append({{"layout", "packed[3*8,300,2*8]"}, {"cache", "dynamic"}, {"K", k}, {"V", v}});
   }
 }
 

@@ -121,7 +121,8 @@ TensorMap generate_layer(const Case& c, const GenOptions& o) {
     dtb.set(h, static_cast<float>(w.uniform(3000000 + h, -1.0, 1.0)));
   }
   Tensor& nw = m.add(Tensor("norm_weight", DType::kF32, {d.V}));
-  for (int64_t i = 0; i < d.V; ++i) nw.set(i, static_cast<float>(1.0 + 0.1 * w.normal(4000000 + i)));
+  for (int64_t i = 0; i < d.V; ++i)
+    nw.set(i, static_cast<float>(1.0 + 0.1 * w.normal(4000000 + i)));
   if (d.L.has_cu_seqlens()) {
     const auto cu = d.L.cu_seqlens();
     Tensor& t = m.add(Tensor("cu_seqlens", DType::kI64, {static_cast<int64_t>(cu.size())}));
@@ -168,12 +169,32 @@ void layer_suite(SuiteBuilder& b, Tier t) {
   }
   add({{"layout", "packed[5,70,1]"}, {"cache", "chunked"}});
   add({{"layout", "packed[9,30]"}, {"cache", "dynamic"}});
+  // Appended later, with seeds of their own (from 600), so that the cases above and below keep
+  // their ids. The padding-free training path: packed, no states in or out.
+  int appended_seed = 600;
+  auto append = [&](Params p) {
+    p.emplace_back("seed", std::to_string(appended_seed++));
+    b.add("layer", p);
+  };
+  append({{"layout", "packed[63,0,65]"}, {"cache", "none"}, {"state", "none"}});
+  if (t != Tier::kSmoke) {
+    // Small head dims, where a relative slip is not hidden under the ceiling.
+    for (const auto& [k, v] :
+         std::vector<std::pair<std::string, std::string>>{{"4", "4"}, {"8", "8"}, {"8", "2"}})
+      for (const auto& dt : dtypes)
+        append({{"layout", "packed[1,2,15,16]"}, {"K", k}, {"V", v}, {"dtype", dt}});
+    for (const auto& kv : {"4", "8"}) {
+      append({{"layout", "packed[1*6]"}, {"cache", "decode"}, {"K", kv}, {"V", kv}});
+      append({{"layout", "packed[3*5,100,0]"}, {"cache", "dynamic"}, {"K", kv}, {"V", kv}});
+    }
+  }
   if (t == Tier::kSmoke) return;
   for (const auto& w : {"2", "3"}) add({{"layout", "packed[1,2,15,16]"}, {"W", w}});
   for (const auto& cache : {"none", "decode", "chunked", "dynamic"})
     for (const auto& dt : dtypes) {
       Params p{{"dtype", dt}, {"cache", cache}};
-      p.emplace_back("layout", cache == std::string("decode") ? "packed[1*6]" : "packed[3*5,100,0]");
+      p.emplace_back("layout",
+                     cache == std::string("decode") ? "packed[1*6]" : "packed[3*5,100,0]");
       if (cache == std::string("none")) p.emplace_back("state", "none");
       add(p);
     }

@@ -1,6 +1,8 @@
 // Mapping of gdr cases onto kernel parameters.
 #include "harness/gdr_problem.h"
 
+#include <algorithm>
+
 namespace deltacheck::harness {
 
 using cases::DType;
@@ -20,6 +22,11 @@ GdrDims gdr_dims(const cases::Case& c) {
   d.l2 = c.get_bool("l2");
   d.final_state = c.get("cache") != "none";  // pool modes keep states in the pool instead
   return d;
+}
+
+bool one_token_per_sequence(const GdrDims& d) {
+  const auto& l = d.layout.lengths;
+  return !l.empty() && std::all_of(l.begin(), l.end(), [](int64_t n) { return n == 1; });
 }
 
 kernels::cpu::GatedDeltaRuleParams gdr_params(const cases::Case& c, const cases::TensorMap& in,

@@ -16,6 +16,10 @@ struct GdrDims {
 
 GdrDims gdr_dims(const cases::Case& c);
 
+// Every sequence has exactly one token (a decode batch): backends route such pool calls to their
+// decode kernel, as serving runtimes do.
+bool one_token_per_sequence(const GdrDims& d);
+
 // Kernel parameters pointing into `inputs` and `outputs` (o, and final_state when the case keeps
 // it). The caller may adjust fields (the deliberately wrong backends do).
 kernels::cpu::GatedDeltaRuleParams gdr_params(const cases::Case& c, const cases::TensorMap& inputs,

@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 
+#include "reports/report_text.h"
+
 namespace deltacheck::reports {
 namespace {
 
@@ -53,25 +55,7 @@ std::string format_result_line(const harness::CaseResult& r, const ConsoleOption
                                   : r.backend + "[" + r.precision + "]";
   std::string line = fmt::format("{} {:<28} {:<38} {:>5} {}\n", verdict_cell(r.verdict, o), backend,
                                  metric, margin, r.case_id);
-  if (r.verdict != Verdict::kPass && !r.message.empty())
-    line += fmt::format("{:12}{}\n", "", r.message);
-  // For a wrong result, how far off against the same-precision baselines: a few times the worst
-  // baseline is a precision shortfall, orders of magnitude a wrong result.
-  if (r.verdict == Verdict::kFail || r.verdict == Verdict::kLeak)
-    for (const harness::TensorReport& t : r.tensors) {
-      if (t.ok || t.exact || t.metrics.non_finite > 0) continue;
-      const double base = t.baseline.rel_rms;
-      line += fmt::format(
-          "{:12}{}: rel_rms {:.2e} (threshold {:.2e}), max|Δ| {:.2e} (threshold {:.2e}); "
-          "worst same-precision baseline{}: rel_rms {:.2e}{}\n",
-          "", t.name, t.metrics.rel_rms, t.threshold.rel_rms, t.metrics.max_abs,
-          t.threshold.max_abs, t.baseline_name.empty() ? "" : " (" + t.baseline_name + ")", base,
-          base > 0 ? fmt::format(", {:.3g}x it", t.metrics.rel_rms / base) : std::string());
-    }
-  for (const harness::ProbeReport& p : r.probes)
-    if (p.verdict != Verdict::kPass && r.message.find("probe " + p.name) == std::string::npos)
-      line += fmt::format("{:12}probe {}: {} {}\n", "", p.name, harness::verdict_name(p.verdict),
-                          p.detail);
+  for (const std::string& reason : reason_lines(r)) line += fmt::format("{:12}{}\n", "", reason);
   return line;
 }
 

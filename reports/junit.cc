@@ -1,7 +1,12 @@
 // junit.xml: the JUnit XML that Jenkins, GitLab and GitHub test-report actions read. One
-// <testsuite> per backend; one <testcase> per case with classname = operation and name = case id
-// plus backend; fail and leak are <failure>, error is <error>, unsupported and skipped are
-// <skipped>; the details go to <system-out>. Validated against tests/reports/junit.xsd.
+// <testsuite> per backend; one <testcase> per case. classname is the operation and its layout
+// family ("gdr.packed", "layer.single"; ops without a layout by their cache mode: "mask.static"),
+// so CI pages group cases the way the case matrix does; name is the case id without the
+// parameters that have their default values (still an id --case takes) plus the backend. fail and
+// leak are <failure>, error is <error>, unsupported and skipped are <skipped>: message is the
+// one-line headline, the body the reason lines, the full case id and the rerun command; every
+// detail (tensors, sequences, probes) goes to <system-out>. Validated against
+// tests/reports/junit.xsd.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -46,6 +51,26 @@ std::string xml_escape(const std::string& s) {
     }
   }
   return o;
+}
+
+// "gdr.packed" for gdr(layout=packed[...],...): the op and its layout kind, else its cache mode.
+std::string classname(const std::string& case_id) {
+  const std::string family = case_family(case_id);  // "gdr packed cache=prefill", "mask cache=.."
+  std::string op = family.substr(0, family.find(' '));
+  const size_t kind = family.find(' ');
+  if (kind == std::string::npos) return op;
+  std::string rest = family.substr(kind + 1);
+  if (rest.rfind("cache=", 0) == 0) rest = rest.substr(6);
+  return op + "." + rest.substr(0, rest.find(' '));
+}
+
+// The outcome element's body: why, which case exactly, and how to run it again.
+std::string outcome_body(const Entry& e) {
+  std::string body;
+  for (const std::string& line : reason_lines(e.result)) body += line + "\n";
+  body += "case: " + e.result.case_id + "\n";
+  if (!e.rerun.empty()) body += "rerun: " + e.rerun + "\n";
+  return body;
 }
 
 std::string seconds_attr(double s) {
@@ -100,8 +125,9 @@ std::string format_junit(const Report& r) {
     for (const Entry& e : r.entries) {
       const harness::CaseResult& res = e.result;
       if (res.backend != b) continue;
-      o += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{}\"", xml_escape(res.op),
-                       xml_escape(res.case_id + " [" + res.backend + "]"),
+      o += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{}\"",
+                       xml_escape(classname(res.case_id)),
+                       xml_escape(readable_case_id(res.case_id) + " [" + res.backend + "]"),
                        seconds_attr(res.seconds_total));
       if (res.verdict == Verdict::kPass) {
         o += "/>\n";
@@ -109,14 +135,16 @@ std::string format_junit(const Report& r) {
       }
       o += ">\n";
       const std::string message = xml_escape(failure_headline(res));
+      const std::string body = xml_escape(outcome_body(e));
       switch (res.verdict) {
         case Verdict::kFail:
         case Verdict::kLeak:
-          o += fmt::format("      <failure message=\"{}\" type=\"{}\"/>\n", message,
-                           harness::verdict_name(res.verdict));
+          o += fmt::format("      <failure message=\"{}\" type=\"{}\">{}</failure>\n", message,
+                           harness::verdict_name(res.verdict), body);
           break;
         case Verdict::kError:
-          o += fmt::format("      <error message=\"{}\" type=\"error\"/>\n", message);
+          o +=
+              fmt::format("      <error message=\"{}\" type=\"error\">{}</error>\n", message, body);
           break;
         default:
           o += fmt::format("      <skipped message=\"{}\"/>\n", message);

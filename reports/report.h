@@ -97,6 +97,13 @@ LoadedReport parse_json(const std::string& text, const std::string& source);
 // The other formats, each a pure function of the report.
 std::string format_junit(const Report& r);
 std::string format_markdown(const Report& r);
+// GitHub Actions' job summary: appends format_markdown(r) to the file $GITHUB_STEP_SUMMARY names.
+// path is "" (and nothing is written) when the variable is unset or empty.
+struct StepSummary {
+  Status status;
+  std::string path;
+};
+StepSummary append_step_summary(const Report& r);
 std::string format_html(const Report& r);
 
 // The files of a report directory, each written atomically (temporary file, then rename).

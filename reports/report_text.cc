@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "cases/case.h"
+
 namespace deltacheck::reports {
 namespace {
 
@@ -67,6 +69,45 @@ std::string failure_headline(const harness::CaseResult& r) {
     return fmt::format("{} in {}{}", cmp, t.name, bad ? " (" + where(*bad) + ")" : "");
   }
   return r.message;  // e.g. a leak that only a probe saw
+}
+
+std::string readable_case_id(const std::string& id) {
+  try {
+    const cases::Case c = cases::Case::parse(id);
+    const cases::OpSchema& schema = cases::find_schema(c.op());
+    std::string o = c.op() + "(";
+    for (size_t i = 0; i < c.params().size(); ++i) {
+      const auto& [key, value] = c.params()[i];
+      if (key != "layout" && value == schema.params[i].default_value) continue;
+      o += (o.back() == '(' ? "" : ",") + key + "=" + value;
+    }
+    return o + ")";
+  } catch (const cases::CaseIdError&) {
+    return id;
+  }
+}
+
+std::vector<std::string> reason_lines(const harness::CaseResult& r) {
+  std::vector<std::string> lines;
+  if (r.verdict != Verdict::kPass && !r.message.empty()) lines.push_back(r.message);
+  // For a wrong result, how far off against the same-precision baselines: a few times the worst
+  // baseline is a precision shortfall, orders of magnitude a wrong result.
+  if (r.verdict == Verdict::kFail || r.verdict == Verdict::kLeak)
+    for (const harness::TensorReport& t : r.tensors) {
+      if (t.ok || t.exact || t.metrics.non_finite > 0) continue;
+      const double base = t.baseline.rel_rms;
+      lines.push_back(fmt::format(
+          "{}: rel_rms {:.2e} (threshold {:.2e}), max|Δ| {:.2e} (threshold {:.2e}); worst "
+          "same-precision baseline{}: rel_rms {:.2e}{}",
+          t.name, t.metrics.rel_rms, t.threshold.rel_rms, t.metrics.max_abs, t.threshold.max_abs,
+          t.baseline_name.empty() ? "" : " (" + t.baseline_name + ")", base,
+          base > 0 ? fmt::format(", error {:.3g}x it", t.metrics.rel_rms / base) : std::string()));
+    }
+  for (const harness::ProbeReport& p : r.probes)
+    if (p.verdict != Verdict::kPass && r.message.find("probe " + p.name) == std::string::npos)
+      lines.push_back(
+          fmt::format("probe {}: {} {}", p.name, harness::verdict_name(p.verdict), p.detail));
+  return lines;
 }
 
 std::string result_details(const Entry& e) {

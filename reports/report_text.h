@@ -16,6 +16,15 @@ const std::vector<harness::Verdict>& verdict_order();
 // metrics; the result's message for everything else (errors, unsupported, probe findings).
 std::string failure_headline(const harness::CaseResult& r);
 
+// The case id without the parameters at their defaults ("gdr(layout=packed[63,0,65],HV=4,
+// gate=strong,seed=7)"): still an id that --case takes. An id this build cannot parse stays whole.
+std::string readable_case_id(const std::string& id);
+
+// The reason a result is not a pass, one line each: its message, then the probes that did not
+// pass and that the message does not already name (the console's second lines, JUnit's failure
+// body). A pass has only the lines of probes that did not pass (e.g. one that was skipped).
+std::vector<std::string> reason_lines(const harness::CaseResult& r);
+
 // Verdict, message, per-tensor and per-sequence metrics against thresholds, probes, seed, rerun
 // command and dump: what a developer reads first (JUnit system-out).
 std::string result_details(const Entry& e);

@@ -1,5 +1,8 @@
 // The cpu backend's gdr cases: prefill through the chunked kernel, one-token decode through the
-// recurrent decode kernel, and the pooled modes in place on a copy of the state pool.
+// recurrent decode kernel, and the pooled modes in place on a copy of the state pool. A pool call
+// in which every sequence has exactly one token is a serving decode batch: it goes to the
+// recurrent decode kernel with the slot indices (padding entries skipped), as vLLM routes decode
+// batches to its recurrent kernel with ssm_state_indices; other pool calls to the chunked kernel.
 #include <cstring>
 
 #include "harness/backends/backends.h"
@@ -32,7 +35,8 @@ Status run_cpu_gdr_case(const cases::Case& c, const cases::TensorMap& in, cases:
     cases::Tensor& pool = out.at("state_pool");
     std::memcpy(pool.data(), in.at("state_pool").data(), pool.nbytes());
     const cases::Tensor& slots = in.at("state_slots");
-    if (cache == "pool") {
+    const GdrDims d = gdr_dims(c);
+    if (cache == "pool" && !one_token_per_sequence(d)) {
       kernels::cpu::GatedDeltaRuleParams p = gdr_params(c, in, out);
       p.initial_state = pool.as<float>();
       p.final_state = pool.as<float>();  // in place on the pool
@@ -40,12 +44,13 @@ Status run_cpu_gdr_case(const cases::Case& c, const cases::TensorMap& in, cases:
       p.num_state_rows = pool.shape()[0];
       return kernels::cpu::chunked_gated_delta_rule(p);
     }
-    const GdrDims d = gdr_dims(c);
-    kernels::cpu::RecurrentDecodeParams p = decode_params(c, in, out, d.T);
+    // spec: T draft tokens per sequence (batch[NxT]); pool decode: one token per sequence.
+    const int64_t tokens = cache == "spec" ? d.T : 1;
+    kernels::cpu::RecurrentDecodeParams p = decode_params(c, in, out, tokens);
     p.state = pool.as<float>();
     p.state_slots = slots.as<int32_t>();
     p.num_state_rows = pool.shape()[0];
-    p.token_states = out.at("token_states").as<float>();
+    if (cases::Tensor* ts = out.find("token_states")) p.token_states = ts->as<float>();
     return kernels::cpu::recurrent_decode(p);
   }
   if (cache == "decode") {

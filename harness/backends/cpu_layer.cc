@@ -1,5 +1,6 @@
-// The cpu backend's layer cases (kernels/cpu/linear_attention_layer; one-token decode calls go
-// through the same kernel), and the deliberately wrong conv that reads across a packed boundary.
+// The cpu backend's layer cases (kernels/cpu/linear_attention_layer; one-token decode calls take
+// its decode step: causal_conv1d_update and recurrent_decode), and the deliberately wrong conv that
+// reads across a packed boundary.
 #include <cstring>
 
 #include "harness/backends/backends.h"
@@ -38,6 +39,9 @@ kernels::cpu::LinearAttentionLayerParams layer_params(const cases::Case& c,
   if (const cases::Tensor* s = in.find("initial_conv_state")) p.initial_conv_state = s->as<float>();
   if (cases::Tensor* s = out.find("final_state")) p.final_state = s->as<float>();
   if (cases::Tensor* s = out.find("final_conv_state")) p.final_conv_state = s->as<float>();
+  // One-token decode calls (cache=decode, and the decode steps the harness drives for dynamic)
+  // step through causal_conv1d_update and recurrent_decode, as a serving runtime does.
+  p.decode = c.get("cache") == "decode";
   return p;
 }
 
@@ -82,8 +86,7 @@ class ConvReadsPrevious : public Backend {
 
 }  // namespace
 
-Status run_cpu_layer_case(const cases::Case& c, const cases::TensorMap& in,
-                          cases::TensorMap& out) {
+Status run_cpu_layer_case(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) {
   return kernels::cpu::linear_attention_layer(layer_params(c, in, out));
 }
 

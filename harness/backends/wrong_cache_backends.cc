@@ -67,13 +67,23 @@ class PoolWritesPadding : public WrongCacheBackend {
     if (c.op() == "gdr" && c.get("cache") == "pool") return Support::Yes();
     return Support::No("pool mode only");
   }
+  // The real entries run as they should; then each padding entry runs on the pool row its slot
+  // -1 names in Python (the last row), one at a time: the kernels reject two entries sharing a
+  // row, which a kernel with this bug does not check.
   Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
-    cases::TensorMap python_indexed = in;
-    cases::Tensor& slots = python_indexed.at("state_slots");
+    if (Status st = run_cpu_gdr_case(c, in, out); !st.ok()) return st;
+    const cases::Tensor& slots = in.at("state_slots");
     const int32_t rows = static_cast<int32_t>(in.at("state_pool").shape()[0]);
-    for (int64_t i = 0; i < slots.numel(); ++i)
-      if (slots.as<int32_t>()[i] < 0) slots.as<int32_t>()[i] += rows;
-    return run_cpu_gdr_case(c, python_indexed, out);
+    for (int64_t i = 0; i < slots.numel(); ++i) {
+      if (slots.as<int32_t>()[i] >= 0) continue;
+      cases::TensorMap step = in;
+      step.at("state_pool") = out.at("state_pool");
+      cases::Tensor& only = step.at("state_slots");
+      for (int64_t j = 0; j < only.numel(); ++j)
+        only.as<int32_t>()[j] = j == i ? slots.as<int32_t>()[i] + rows : -1;
+      if (Status st = run_cpu_gdr_case(c, step, out); !st.ok()) return st;
+    }
+    return Status::Ok();
   }
 };
 

@@ -15,6 +15,7 @@
 #include "harness/backend.h"
 #include "harness/result.h"
 #include "harness/runner.h"
+#include "reports/report.h"
 
 namespace deltacheck::cli {
 
@@ -61,6 +62,9 @@ struct OutputOptions {
   int max_dumps = 20;             // failure dumps written at most (HDF5 files can be large)
 };
 void add_output_options(CLI::App* app, OutputOptions& o);
+// "job summary: appended to PATH", or a warning on stderr when it could not be; nothing when
+// $GITHUB_STEP_SUMMARY is unset.
+void print_step_summary(const reports::StepSummary& s);
 
 struct BackendSelection;
 

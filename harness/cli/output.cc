@@ -298,6 +298,8 @@ int ResultSink::finish(const std::vector<harness::CaseResult>& results) {
     std::printf("report: %s (also report.json, junit.xml, summary.md: %.1f kB in %.0f ms)\n",
                 (fs::path(options_.report_dir) / "report.html").string().c_str(), bytes / 1e3,
                 w.seconds * 1e3);
+    // A shard's summary is partial: the job summary comes from `report merge`.
+    if (rep.shard_count <= 1) print_step_summary(reports::append_step_summary(rep));
     if (!st.dumps.empty())
       std::printf("failure dumps: %zu in %s\n", st.dumps.size(),
                   (fs::path(options_.report_dir) / "failures").string().c_str());
@@ -313,6 +315,13 @@ int ResultSink::finish(const std::vector<harness::CaseResult>& results) {
     return kExitFail;
   }
   return kExitPass;
+}
+
+void print_step_summary(const reports::StepSummary& s) {
+  if (!s.status.ok())
+    std::fprintf(stderr, "deltacheck: warning: %s\n", s.status.message().c_str());
+  else if (!s.path.empty())
+    std::printf("job summary: appended to %s\n", s.path.c_str());
 }
 
 void add_backend_options(CLI::App* app, BackendSelection& b) {

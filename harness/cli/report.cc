@@ -97,6 +97,7 @@ int merge(const MergeArgs& a) {
   if (dumps > 0)
     std::printf("failure dumps: %d in %s\n", dumps,
                 (fs::path(a.out) / "failures").string().c_str());
+  if (r.shard_count <= 1) print_step_summary(reports::append_step_summary(r));
   return reports::fails_gate(r) ? kExitFail : kExitPass;
 }
 

@@ -12,6 +12,7 @@
 #include "kernels/cpu/gated_rms_norm.h"
 #include "kernels/cpu/gates.h"
 #include "kernels/cpu/parallel_for.h"
+#include "kernels/cpu/recurrent_decode.h"
 #include "kernels/cpu/sequence_checks.h"
 
 namespace deltacheck::kernels::cpu {
@@ -35,6 +36,12 @@ Status check(const LinearAttentionLayerParams& p) {
   if (p.cu_seqlens)
     if (Status st = check_cu_seqlens(p.cu_seqlens, p.num_seqs, p.seq_len); !st.ok()) return st;
   const int64_t n = p.cu_seqlens ? p.num_seqs : 1;
+  if (p.decode)
+    for (int64_t i = 0; i < n; ++i)
+      if ((p.cu_seqlens ? p.cu_seqlens[i + 1] - p.cu_seqlens[i] : p.seq_len) != 1)
+        return Status::InvalidArgument(
+            "decode takes one token per sequence; sequence " + std::to_string(i) + " has " +
+            std::to_string(p.cu_seqlens ? p.cu_seqlens[i + 1] - p.cu_seqlens[i] : p.seq_len));
   const bool any_state =
       p.initial_state || p.final_state || p.initial_conv_state || p.final_conv_state;
   if (!any_state) return Status::Ok();
@@ -59,6 +66,106 @@ std::vector<std::pair<int64_t, int64_t>> live_token_spans(const LinearAttentionL
   return spans;
 }
 
+// The state rows a decode step updates in place: `final_rows` when the caller keeps them, else
+// `scratch`; each live sequence's row starts as its initial row (zeros without one).
+float* decode_rows(const LinearAttentionLayerParams& p, const float* initial, float* final_rows,
+                   int64_t per_row, std::vector<float>& scratch) {
+  const int64_t n = p.cu_seqlens ? p.num_seqs : 1;
+  const int64_t rows = p.num_state_rows > 0 ? p.num_state_rows : n;
+  float* work = final_rows;
+  if (!work) {
+    scratch.assign(static_cast<size_t>(rows * per_row), 0.0f);
+    work = scratch.data();
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = p.state_slots ? p.state_slots[i] : i;
+    if (row < 0) continue;  // padding entry
+    float* dst = work + row * per_row;
+    if (!initial)
+      std::fill(dst, dst + per_row, 0.0f);
+    else if (initial + row * per_row != dst)
+      std::copy(initial + row * per_row, initial + (row + 1) * per_row, dst);
+  }
+  return work;
+}
+
+// The fields the conv's prefill and update parameters share.
+template <typename Conv>
+Conv conv_params(const LinearAttentionLayerParams& p, int64_t D, void* mixed) {
+  Conv c;
+  c.channels = D;
+  c.width = p.conv_width;
+  c.dtype = p.dtype;
+  c.x = p.qkv;
+  c.out = mixed;
+  c.weight = p.conv_weight;
+  c.bias = p.conv_bias;
+  c.silu = true;
+  c.state_slots = p.state_slots;
+  c.num_state_rows = p.num_state_rows;
+  c.num_threads = p.num_threads;
+  return c;
+}
+
+// The short convolution of every token into `mixed`: the prefill kernel, or one update step.
+Status conv_step(const LinearAttentionLayerParams& p, int64_t D, void* mixed) {
+  if (p.decode) {
+    std::vector<float> scratch;
+    CausalConv1dUpdateParams u = conv_params<CausalConv1dUpdateParams>(p, D, mixed);
+    u.num_seqs = p.seq_len;
+    u.state =
+        decode_rows(p, p.initial_conv_state, p.final_conv_state, D * (p.conv_width - 1), scratch);
+    return causal_conv1d_update(u);
+  }
+  CausalConv1dParams conv = conv_params<CausalConv1dParams>(p, D, mixed);
+  conv.seq_len = p.seq_len;
+  conv.cu_seqlens = p.cu_seqlens;
+  conv.num_seqs = p.num_seqs;
+  conv.initial_state = p.initial_conv_state;
+  conv.final_state = p.final_conv_state;
+  return causal_conv1d(conv);
+}
+
+// The fields the rule's chunked and decode parameters share (q, k, v, g, beta in, core out).
+template <typename Rule>
+Rule rule_params(const LinearAttentionLayerParams& p, const void* q, const void* k, const void* v,
+                 const float* g, const void* beta, void* core) {
+  Rule r;
+  r.num_heads = p.num_heads;
+  r.num_value_heads = p.num_value_heads;
+  r.key_dim = p.key_dim;
+  r.value_dim = p.value_dim;
+  r.dtype = p.dtype;
+  r.q = q, r.k = k, r.v = v, r.g = g, r.beta = beta, r.o = core;
+  r.state_slots = p.state_slots;
+  r.num_state_rows = p.num_state_rows;
+  r.scale = p.scale;
+  r.use_qk_l2norm = true;
+  r.num_threads = p.num_threads;
+  return r;
+}
+
+// The gated delta rule over every token into `core`: the chunked kernel, or one decode step.
+Status rule_step(const LinearAttentionLayerParams& p, const void* q, const void* k, const void* v,
+                 const float* g, const void* beta, void* core) {
+  if (p.decode) {
+    std::vector<float> scratch;
+    RecurrentDecodeParams r = rule_params<RecurrentDecodeParams>(p, q, k, v, g, beta, core);
+    r.num_seqs = p.seq_len;
+    r.state = decode_rows(p, p.initial_state, p.final_state,
+                          p.num_value_heads * p.key_dim * p.value_dim, scratch);
+    return recurrent_decode(r);
+  }
+  GatedDeltaRuleParams rule = rule_params<GatedDeltaRuleParams>(p, q, k, v, g, beta, core);
+  rule.seq_len = p.seq_len;
+  rule.cu_seqlens = p.cu_seqlens;
+  rule.num_seqs = p.num_seqs;
+  rule.initial_state = p.initial_state;
+  rule.final_state = p.final_state;
+  rule.chunk_size = p.chunk_size;
+  return chunked_gated_delta_rule(rule);
+}
+
 }  // namespace
 
 int64_t qkv_channels(const LinearAttentionLayerParams& p) {
@@ -79,24 +186,7 @@ Status linear_attention_layer(const LinearAttentionLayerParams& p) {
                              beta = workspace(T * HV), core = workspace(T * HV * V);
   std::vector<float> g(static_cast<size_t>(std::max<int64_t>(T * HV, 1)));
 
-  CausalConv1dParams conv;
-  conv.seq_len = T;
-  conv.channels = D;
-  conv.width = p.conv_width;
-  conv.dtype = p.dtype;
-  conv.x = p.qkv;
-  conv.out = mixed.data();
-  conv.weight = p.conv_weight;
-  conv.bias = p.conv_bias;
-  conv.silu = true;
-  conv.cu_seqlens = p.cu_seqlens;
-  conv.num_seqs = p.num_seqs;
-  conv.initial_state = p.initial_conv_state;
-  conv.final_state = p.final_conv_state;
-  conv.state_slots = p.state_slots;
-  conv.num_state_rows = p.num_state_rows;
-  conv.num_threads = p.num_threads;
-  if (Status st = causal_conv1d(conv); !st.ok()) return st;
+  if (Status st = conv_step(p, D, mixed.data()); !st.ok()) return st;
 
   // q | k | v channels of each token into the contiguous [T, heads, dim] layout the rule takes.
   const int64_t qk_bytes = H * K * es, v_bytes = HV * V * es;
@@ -124,30 +214,9 @@ Status linear_attention_layer(const LinearAttentionLayerParams& p) {
   gp.num_threads = p.num_threads;
   if (Status st = gates(gp); !st.ok()) return st;
 
-  GatedDeltaRuleParams rule;
-  rule.seq_len = T;
-  rule.num_heads = H;
-  rule.num_value_heads = HV;
-  rule.key_dim = K;
-  rule.value_dim = V;
-  rule.dtype = p.dtype;
-  rule.q = q.data();
-  rule.k = k.data();
-  rule.v = v.data();
-  rule.g = g.data();
-  rule.beta = beta.data();
-  rule.o = core.data();
-  rule.cu_seqlens = p.cu_seqlens;
-  rule.num_seqs = p.num_seqs;
-  rule.initial_state = p.initial_state;
-  rule.final_state = p.final_state;
-  rule.state_slots = p.state_slots;
-  rule.num_state_rows = p.num_state_rows;
-  rule.scale = p.scale;
-  rule.use_qk_l2norm = true;
-  rule.chunk_size = p.chunk_size;
-  rule.num_threads = p.num_threads;
-  if (Status st = chunked_gated_delta_rule(rule); !st.ok()) return st;
+  if (Status st = rule_step(p, q.data(), k.data(), v.data(), g.data(), beta.data(), core.data());
+      !st.ok())
+    return st;
 
   // The norm runs only over tokens of real sequences: padding entries' output rows stay untouched.
   for (const auto& [begin, end] : live_token_spans(p)) {

@@ -2,6 +2,8 @@
 // model composes it, from the projections onward:
 //   qkv -> causal_conv1d + SiLU -> split q | k | v -> gates -> chunked_gated_delta_rule with
 //   in-kernel L2 norm -> gated_rms_norm with z
+// A decode step (one token per sequence) runs the conv as causal_conv1d_update and the rule as
+// recurrent_decode, in place on the state rows, as serving runtimes step their decode batches.
 // Intermediates are kept in the activation dtype between the steps, as the model keeps them (g in
 // fp32); every step accumulates in fp32. Recurrent and conv states are fp32 rows of two pools,
 // addressed through the same per-sequence slots.
@@ -47,6 +49,10 @@ struct LinearAttentionLayerParams {
   int64_t num_state_rows = 0;  // rows of the state buffers, for bounds checks (0: = num_seqs)
   float scale = 0.0f;          // <= 0: K^-0.5
   int64_t chunk_size = 64;
+  // Every sequence has exactly one token: causal_conv1d_update and recurrent_decode, updating the
+  // final state rows in place (seeded from the initial rows, or zeros); without final buffers the
+  // updated states go to a scratch copy.
+  bool decode = false;
   int num_threads = 0;  // 0: all hardware threads
 };
 

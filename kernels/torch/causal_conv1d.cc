@@ -88,4 +88,42 @@ TorchConvResult causal_conv1d(const at::Tensor& x, const at::Tensor& weight,
   return r;
 }
 
+TorchConvResult causal_conv1d_update(const at::Tensor& x, const at::Tensor& weight,
+                                     const std::optional<at::Tensor>& bias,
+                                     const std::optional<at::Tensor>& conv_state, bool apply_silu) {
+  constexpr const char* kWho = "causal_conv1d_update";
+  at::NoGradGuard no_grad;
+  if (!x.defined() || x.dim() != 2 || !at::isFloatingType(x.scalar_type()))
+    fail(kWho, "x must be a floating-point [N, D] tensor");
+  const int64_t N = x.size(0), D = x.size(1);
+  if (!weight.defined() || weight.dim() != 2 || weight.size(0) != D || weight.size(1) < 1 ||
+      weight.device() != x.device()) {
+    fail(kWho, "weight has shape " + shape_string(weight) +
+                   ", expected [D, W] with D=" + std::to_string(D) + " on x's device");
+  }
+  const int64_t ctx = weight.size(1) - 1;
+  const at::Tensor b = value_or_undefined(bias);
+  if (b.defined() && (b.dim() != 1 || b.size(0) != D || b.device() != x.device()))
+    fail(kWho, "bias has shape " + shape_string(b) + ", expected [" + std::to_string(D) + "]");
+  const at::Tensor state = value_or_undefined(conv_state);
+  if (state.defined() && (state.dim() != 3 || state.size(0) != N || state.size(1) != D ||
+                          state.size(2) != ctx || state.device() != x.device())) {
+    fail(kWho, "conv_state has shape " + shape_string(state) + ", expected [N, D, W - 1] = [" +
+                   std::to_string(N) + ", " + std::to_string(D) + ", " + std::to_string(ctx) +
+                   "] on x's device");
+  }
+  const at::Tensor past = state.defined() ? state.to(at::kFloat)
+                                          : at::zeros({N, D, ctx}, x.options().dtype(at::kFloat));
+  const at::Tensor window = at::cat({past, x.to(at::kFloat).unsqueeze(-1)}, -1);  // [N, D, W]
+  at::Tensor y = (window * weight.to(at::kFloat).unsqueeze(0)).sum(-1);
+  if (b.defined()) y = y + b.to(at::kFloat);
+  if (apply_silu) y = at::silu(y);
+  TorchConvResult r;
+  r.output = y.to(x.scalar_type());
+  r.final_state = window.narrow(-1, 1, ctx)
+                      .contiguous()
+                      .to(state.defined() ? state.scalar_type() : x.scalar_type());
+  return r;
+}
+
 }  // namespace deltacheck::kernels::torch

@@ -29,4 +29,15 @@ TorchConvResult causal_conv1d(const at::Tensor& x, const at::Tensor& weight,
                               const std::optional<at::Tensor>& initial_state = std::nullopt,
                               bool apply_silu = true);
 
+// One decode step: x: [N, D], one new token per sequence; conv_state: [N, D, W - 1], each
+// sequence's last W - 1 inputs, oldest first (absent: zeros). y[n, d] = silu(bias[d] +
+// sum_{w < W-1} weight[d, w] * conv_state[n, d, w] + weight[d, W-1] * x[n, d]) in fp32; the new
+// state is the old one shifted by one with x appended (in conv_state's dtype when given, else
+// x's), as the conv-state update of a serving runtime (causal_conv1d_update).
+// Throws std::invalid_argument with a one-line message on inconsistent shapes.
+TorchConvResult causal_conv1d_update(const at::Tensor& x, const at::Tensor& weight,
+                                     const std::optional<at::Tensor>& bias = std::nullopt,
+                                     const std::optional<at::Tensor>& conv_state = std::nullopt,
+                                     bool apply_silu = true);
+
 }  // namespace deltacheck::kernels::torch

@@ -378,4 +378,32 @@ TorchGdrResult recurrent_gated_delta_rule(const at::Tensor& q, const at::Tensor&
   return finish(p, output, running, order, output_final_state);
 }
 
+at::Tensor recurrent_decode_pooled(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& g, const at::Tensor& beta,
+                                   at::Tensor& state_pool, const at::Tensor& state_slots,
+                                   double scale, bool use_qk_l2norm) {
+  constexpr const char* kWho = "recurrent_decode_pooled";
+  at::NoGradGuard no_grad;
+  check_float(kWho, "v", v);
+  if (q.dim() != 4 || q.size(1) != 1) fail(kWho, "q must be [N, 1, H, K], got " + shape_string(q));
+  if (v.dim() != 4) fail(kWho, "v must be [N, 1, HV, V], got " + shape_string(v));
+  const int64_t N = q.size(0), HV = v.size(2), K = q.size(3), V = v.size(3);
+  if (!state_pool.defined() || state_pool.scalar_type() != at::kFloat || state_pool.dim() != 4 ||
+      state_pool.size(1) != HV || state_pool.size(2) != K || state_pool.size(3) != V ||
+      state_pool.device() != q.device()) {
+    fail(kWho, "state_pool must be fp32 [rows, " + std::to_string(HV) + ", " + std::to_string(K) +
+                   ", " + std::to_string(V) + "] on q's device, got " + shape_string(state_pool));
+  }
+  const PoolEntries live = pool_entries(state_slots, N, state_pool.size(0), kWho);
+  at::Tensor o = at::zeros({N, 1, HV, V}, v.options());
+  if (live.entries.numel() == 0) return o;
+  auto entries = [&](const at::Tensor& x) { return x.index_select(0, live.entries); };
+  const TorchGdrResult r = recurrent_gated_delta_rule(
+      entries(q), entries(k), entries(v), entries(g), entries(beta), std::nullopt,
+      state_pool.index_select(0, live.rows), scale, use_qk_l2norm, /*output_final_state=*/true);
+  state_pool.index_copy_(0, live.rows, r.final_state);
+  o.index_copy_(0, live.entries, r.output);
+  return o;
+}
+
 }  // namespace deltacheck::kernels::torch

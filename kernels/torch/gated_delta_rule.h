@@ -42,6 +42,17 @@ TorchGdrResult recurrent_gated_delta_rule(
     const std::optional<at::Tensor>& initial_state = std::nullopt, double scale = 0.0,
     bool use_qk_l2norm = false, bool output_final_state = true);
 
+// One decode step on a slot-addressed state pool, as serving runtimes call their recurrent kernel
+// with state indices (continuous batching): q, k: [N, 1, H, K], v: [N, 1, HV, V], g, beta:
+// [N, 1, HV], one token per entry. state_pool: fp32 [rows, HV, K, V], updated in place: entry i
+// starts from row state_slots[i] and leaves its new state there. Padding entries (negative slot)
+// are skipped: nothing of them is read or written, their output rows are zero; rows nobody
+// addresses are not touched. Returns o [N, 1, HV, V] in v's dtype.
+at::Tensor recurrent_decode_pooled(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& g, const at::Tensor& beta,
+                                   at::Tensor& state_pool, const at::Tensor& state_slots,
+                                   double scale = 0.0, bool use_qk_l2norm = false);
+
 // x / sqrt(sum(x^2) + 1e-6) over the last dimension, in fp32 (result is fp32).
 at::Tensor l2_normalize(const at::Tensor& x);
 

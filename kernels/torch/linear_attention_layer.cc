@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <string>
+#include <vector>
 
 #include "kernels/torch/causal_conv1d.h"
 #include "kernels/torch/gated_delta_rule.h"
@@ -38,10 +39,21 @@ TorchLayerResult linear_attention_layer(const at::Tensor& mixed_qkv, const at::T
     fail(kWho, "a and b must be [T, HV] = [" + std::to_string(T) + ", " + std::to_string(HV) + "]");
   }
 
-  TorchConvResult conv = causal_conv1d(
-      mixed_qkv, weights.conv_weight,
-      weights.conv_bias.defined() ? std::optional<at::Tensor>(weights.conv_bias) : std::nullopt,
-      cu_seqlens, initial_conv_state, /*apply_silu=*/true);
+  const std::optional<at::Tensor> conv_bias =
+      weights.conv_bias.defined() ? std::optional<at::Tensor>(weights.conv_bias) : std::nullopt;
+  if (form == GdrForm::kDecode) {
+    const std::vector<int64_t> bounds = sequence_bounds(cu_seqlens, 1, T, kWho);
+    for (size_t i = 0; i + 1 < bounds.size(); ++i)
+      if (bounds[i + 1] - bounds[i] != 1)
+        fail(kWho, "decode takes one token per sequence; sequence " + std::to_string(i) + " has " +
+                       std::to_string(bounds[i + 1] - bounds[i]));
+  }
+  TorchConvResult conv =
+      form == GdrForm::kDecode
+          ? causal_conv1d_update(mixed_qkv, weights.conv_weight, conv_bias, initial_conv_state,
+                                 /*apply_silu=*/true)
+          : causal_conv1d(mixed_qkv, weights.conv_weight, conv_bias, cu_seqlens, initial_conv_state,
+                          /*apply_silu=*/true);
   const at::Tensor q = conv.output.narrow(1, 0, H * K).reshape({1, T, H, K});
   const at::Tensor k = conv.output.narrow(1, H * K, H * K).reshape({1, T, H, K});
   const at::Tensor v = conv.output.narrow(1, 2 * H * K, HV * V).reshape({1, T, HV, V});

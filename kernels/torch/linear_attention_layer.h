@@ -26,7 +26,10 @@ struct LinearAttentionWeights {
   double scale = 0.0;  // <= 0: K^-0.5
 };
 
-enum class GdrForm { kChunked, kRecurrent };
+// kChunked: prefill through the chunked rule. kRecurrent: the token recurrence. kDecode: a
+// serving decode step, one token per sequence: causal_conv1d_update on the conv states and the
+// recurrence.
+enum class GdrForm { kChunked, kRecurrent, kDecode };
 
 struct TorchLayerResult {
   at::Tensor output;            // [T, HV, V], dtype of mixed_qkv

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace deltacheck::kernels::torch {
@@ -49,6 +50,36 @@ std::vector<int64_t> sequence_bounds(const std::optional<at::Tensor>& cu_seqlens
                   std::to_string(total) + " tokens");
   }
   return bounds;
+}
+
+PoolEntries pool_entries(const at::Tensor& state_slots, int64_t num_entries, int64_t num_rows,
+                         const char* who) {
+  if (!state_slots.defined() || state_slots.dim() != 1 || state_slots.size(0) != num_entries ||
+      (state_slots.scalar_type() != at::kInt && state_slots.scalar_type() != at::kLong)) {
+    fail(who, "state_slots must be int32/int64 [" + std::to_string(num_entries) + "]");
+  }
+  const at::Tensor host = state_slots.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* s = host.data_ptr<int64_t>();
+  std::vector<int64_t> entries, rows;
+  for (int64_t i = 0; i < num_entries; ++i) {
+    if (s[i] >= num_rows) {
+      fail(who, "state slot " + std::to_string(s[i]) + " of entry " + std::to_string(i) +
+                    " >= rows " + std::to_string(num_rows));
+    }
+    if (s[i] < 0) continue;  // padding entry
+    entries.push_back(i);
+    rows.push_back(s[i]);
+  }
+  std::vector<int64_t> sorted = rows;
+  std::sort(sorted.begin(), sorted.end());
+  const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+  if (dup != sorted.end()) fail(who, "state slot " + std::to_string(*dup) + " is used twice");
+  auto to_device = [&](const std::vector<int64_t>& v) {
+    at::Tensor t = at::empty({static_cast<int64_t>(v.size())}, at::kLong);
+    std::copy(v.begin(), v.end(), t.data_ptr<int64_t>());
+    return t.to(state_slots.device());
+  };
+  return {to_device(entries), to_device(rows)};
 }
 
 }  // namespace deltacheck::kernels::torch

@@ -23,6 +23,16 @@ std::string shape_string(const at::Tensor& t);
 std::vector<int64_t> sequence_bounds(const std::optional<at::Tensor>& cu_seqlens, int64_t batch,
                                      int64_t total, const char* who);
 
+// The real entries of a call on a slot-addressed state pool (continuous batching): entries are the
+// indices i with state_slots[i] >= 0, rows their slots (both int64, on the slots' device). Padding
+// entries (negative slots) are left out. state_slots must be a 1-D int32/int64 tensor of
+// num_entries slots, each < num_rows, the non-negative ones distinct (a state is written once).
+struct PoolEntries {
+  at::Tensor entries, rows;
+};
+PoolEntries pool_entries(const at::Tensor& state_slots, int64_t num_entries, int64_t num_rows,
+                         const char* who);
+
 // The optional tensor if it is present and defined, else an undefined tensor.
 inline at::Tensor value_or_undefined(const std::optional<at::Tensor>& t) {
   return t.has_value() ? *t : at::Tensor();

@@ -25,10 +25,12 @@ struct CommandResult {
 };
 
 // Runs a shell command; the sharding variables of an outer test runner are not passed on, so a
-// sharded ctest or gtest-parallel run does not shard the runs inside the tests.
+// sharded ctest or gtest-parallel run does not shard the runs inside the tests, and neither is a
+// CI job's GITHUB_STEP_SUMMARY, which the tests' runs would append to.
 inline CommandResult run_command(const std::string& cmd) {
   CommandResult r;
-  const std::string full = "env -u GTEST_TOTAL_SHARDS -u GTEST_SHARD_INDEX " + cmd + " 2>&1";
+  const std::string full =
+      "env -u GTEST_TOTAL_SHARDS -u GTEST_SHARD_INDEX -u GITHUB_STEP_SUMMARY " + cmd + " 2>&1";
   FILE* p = popen(full.c_str(), "r");
   if (!p) return r;
   char buf[4096];

@@ -175,6 +175,25 @@ TEST(ReportCli, ShardsStripeTheSelectionAndHonorGoogleTestVariables) {
   }
 }
 
+// GitHub Actions' job summary: a run with --report-dir appends its summary.md to the file
+// $GITHUB_STEP_SUMMARY names; one it cannot write to is a warning, not a changed verdict.
+TEST(ReportCli, RunAppendsItsSummaryToTheGithubStepSummary) {
+  ScratchDir dir("step_summary");
+  const std::string step = dir / "step.md";
+  const CommandResult r =
+      run_command("env GITHUB_STEP_SUMMARY=" + step + " " +
+                  run_line("wrong:ignore-cu-seqlens", "-q --report-dir " + (dir / "report")));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("job summary: appended to " + step), std::string::npos) << r.out;
+  EXPECT_EQ(testing::read_file(step), testing::read_file(dir / "report/summary.md") + "\n");
+  const CommandResult bad =
+      run_command("env GITHUB_STEP_SUMMARY=" + (dir / "report") + " " +
+                  run_line("wrong:ignore-cu-seqlens", "-q --report-dir " + (dir / "again")));
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_NE(bad.out.find("deltacheck: warning: cannot append the job summary"), std::string::npos)
+      << bad.out;
+}
+
 TEST(ReportCli, MergedShardReportsEqualTheUnshardedReport) {
   ScratchDir dir("merge");
   const std::string backends = "cpu,wrong:ignore-cu-seqlens,wrong:readout-before-update";
@@ -196,6 +215,20 @@ TEST(ReportCli, MergedShardReportsEqualTheUnshardedReport) {
   EXPECT_EQ(comparable(dir / "merged/report.json"), comparable(dir / "all/report.json"));
   EXPECT_EQ(without_times(testing::read_file(dir / "merged/junit.xml")),
             without_times(testing::read_file(dir / "all/junit.xml")));
+  // With $GITHUB_STEP_SUMMARY set, the merge appends its summary.md there (the shards do not).
+  const std::string step = dir / "step_summary.md";
+  testing::write_file(step, "earlier step\n");
+  const CommandResult shard =
+      run_command("env GITHUB_STEP_SUMMARY=" + step + " " +
+                  run_line(backends, "-q --report-dir " + (dir / "s") + " --shard 0/3"));
+  EXPECT_EQ(testing::read_file(step), "earlier step\n") << shard.out;
+  const CommandResult summed =
+      run_command("env GITHUB_STEP_SUMMARY=" + step + " " + testing::deltacheck() +
+                  " report merge" + shards + " -o " + (dir / "merged2"));
+  EXPECT_EQ(summed.code, 1) << summed.out;
+  EXPECT_NE(summed.out.find("job summary: appended to " + step), std::string::npos) << summed.out;
+  EXPECT_EQ(testing::read_file(step),
+            "earlier step\n" + testing::read_file(dir / "merged2/summary.md") + "\n");
   // The dumps came along.
   size_t dumps = 0;
   for (const auto& f : fs::directory_iterator(dir / "merged/failures"))

@@ -8,6 +8,7 @@
 #include <limits>
 #include <regex>
 
+#include "cases/suites.h"
 #include "reports/report.h"
 #include "reports/report_text.h"
 #include "tests/reports/report_test_util.h"
@@ -206,6 +207,19 @@ TEST(ReportJson, RefusesOtherFilesAndOtherSchemaVersions) {
   EXPECT_NE(lr.status.message().find("version 99"), std::string::npos);
 }
 
+// The readable id (JUnit's test name, summary.md's rows) names the same case: every id of the
+// full suite comes back from it, never longer; an id this build cannot parse stays whole.
+TEST(ReportText, ReadableCaseIdNamesTheSameCase) {
+  for (const cases::Case& c : cases::suite("full")) {
+    const std::string readable = readable_case_id(c.id());
+    EXPECT_EQ(cases::Case::parse(readable).id(), c.id()) << readable;
+    EXPECT_LE(readable.size(), c.id().size()) << readable;
+  }
+  EXPECT_EQ(readable_case_id("gdr(layout=packed[63,0,65],K=64,dtype=bf16,seed=3)"),
+            "gdr(layout=packed[63,0,65],dtype=bf16,seed=3)");
+  EXPECT_EQ(readable_case_id("gdr(no=such)"), "gdr(no=such)");
+}
+
 TEST(ReportText, FailureHeadlineNamesMetricThresholdAndWhere) {
   EXPECT_EQ(failure_headline(leak_result()), "rel_rms 3.1e-02 > 5.0e-03 in o (seq 2 from token 0)");
   CaseResult seq_only = leak_result();  // the tensor as a whole is within tolerance
@@ -226,10 +240,28 @@ TEST(JUnit, CountsVerdictsAndValidatesAgainstTheSchema) {
   EXPECT_NE(xml.find("<testsuites name=\"deltacheck\" tests=\"7\" failures=\"2\" errors=\"1\" "
                      "skipped=\"2\""),
             std::string::npos);
-  EXPECT_NE(xml.find("classname=\"gdr\" name=\"gdr(layout=packed[3,0,4],dtype=fp32,gate=strong,"
-                     "cache=prefill,seed=7) [wrong:ignore-cu-seqlens]\""),
+  // classname: op and layout family (ops without a layout: cache mode); name: the id without
+  // the parameters at their defaults, still an id --case takes.
+  EXPECT_NE(xml.find("classname=\"gdr.packed\" name=\"gdr(layout=packed[3,0,4],gate=strong,seed=7)"
+                     " [wrong:ignore-cu-seqlens]\""),
+            std::string::npos)
+      << xml;
+  EXPECT_NE(xml.find("classname=\"gdr.single\" name=\"gdr(layout=single[5],dtype=bf16,cache=none,"
+                     "seed=8) [cpu]\""),
             std::string::npos);
-  EXPECT_NE(xml.find("<failure message=\"rel_rms 3.1e-02 &gt; 5.0e-03 in o (seq 2 from token 0)\" "
+  EXPECT_NE(xml.find("classname=\"mask.static\""), std::string::npos);
+  EXPECT_EQ(xml.find("classname=\"gdr\""), std::string::npos);
+  // The failure's body holds the reason lines, the full case id and the rerun command.
+  EXPECT_NE(
+      xml.find("<failure message=\"rel_rms 3.1e-02 &gt; 5.0e-03 in o (seq 2 from token 0)\" "
+               "type=\"leak\">seq 2 from token 0, max|Δ| 4.00e-01 (rel_rms 3.1e-02 &gt; "
+               "5.0e-03 in o)\nprobe isolation: leak seq 2 changed when seq 0 was "
+               "regenerated\ncase: gdr(layout=packed[3,0,4],dtype=fp32,gate=strong,"
+               "cache=prefill,seed=7)\nrerun: deltacheck run --backend wrong:ignore-cu-seqlens"
+               " --case "),
+      std::string::npos)
+      << xml;
+  EXPECT_EQ(xml.find("<failure message=\"rel_rms 3.1e-02 &gt; 5.0e-03 in o (seq 2 from token 0)\" "
                      "type=\"leak\"/>"),
             std::string::npos);
   EXPECT_NE(xml.find("<error message=\"threw: out of &lt;memory&gt; &amp; &quot;quotes&quot;\""),
@@ -243,9 +275,9 @@ TEST(JUnit, CountsVerdictsAndValidatesAgainstTheSchema) {
 
   // The schema check can fail: a testcase without classname, a non-numeric count, two outcomes.
   for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
-           {"classname=\"gdr\" ", ""},
+           {"classname=\"gdr.packed\" ", ""},
            {"tests=\"7\"", "tests=\"seven\""},
-           {"type=\"leak\"/>", "type=\"leak\"/><error message=\"x\"/>"}}) {
+           {"</failure>", "</failure><error message=\"x\"/>"}}) {
     std::string broken = xml;
     broken.replace(broken.find(from), from.size(), to);
     testing::write_file(dir.path() / "broken.xml", broken);
@@ -261,7 +293,21 @@ TEST(Markdown, TotalsThenFailures) {
   EXPECT_NE(md.find("| `wrong:ignore-cu-seqlens` | 0 | **1** | **1** | 0 | 1 | 0 |"),
             std::string::npos)
       << md;
+  // Grouped by family: a verdict table per family, then the failures under their family.
+  EXPECT_NE(md.find("| family | pass | fail | leak | error | unsupported | skipped |"),
+            std::string::npos);
+  EXPECT_NE(md.find("| gdr packed cache=prefill | 1 | 0 | **1** | 0 | 0 | 0 |"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| gdr single cache=none | 0 | **1** | 0 | **1** | 0 | 0 |"), std::string::npos)
+      << md;
   EXPECT_NE(md.find("### Failures (3)"), std::string::npos);
+  const size_t packed = md.find("#### gdr packed cache=prefill (1)"),
+               single = md.find("#### gdr single cache=none (2)");
+  ASSERT_NE(packed, std::string::npos) << md;
+  ASSERT_NE(single, std::string::npos) << md;
+  EXPECT_LT(packed, md.find("| leak | `wrong:ignore-cu-seqlens` |"));
+  EXPECT_LT(single, md.find("| error | `cpu` |"));
+  EXPECT_LT(packed, single);
   EXPECT_NE(md.find("rel_rms 3.1e-02 > 5.0e-03 in o (seq 2 from token 0)"), std::string::npos);
   EXPECT_NE(md.find("deltacheck run --backend wrong:ignore-cu-seqlens --case"), std::string::npos);
   Report clean = sample_report();

@@ -1,9 +1,10 @@
 // The cuda backend's gdr cases: prefill (cache none / prefill, and the prefill calls the harness
 // drives for chunked and dynamic) through the chunked kernel; one-token decode (cache=decode, and
 // the decode steps of dynamic) through recurrent_decode; pool in place on a device copy of the
-// state pool through the chunked kernel with slot indices; spec (multi-token decode) through
-// recurrent_decode with a state per token. The same mapping as the cpu backend (cpu_gdr.cc), on
-// device buffers.
+// state pool through the chunked kernel with slot indices, or, when every sequence has one token
+// (a serving decode batch), through recurrent_decode with the slots; spec (multi-token decode)
+// through recurrent_decode with a state per token. The same mapping as the cpu backend
+// (cpu_gdr.cc), on device buffers.
 #include <string>
 
 #include "harness/backends/cuda/cuda_backend.h"
@@ -84,12 +85,14 @@ Status launch(const cases::Case& c, const GdrDims& d, const DeviceTensors& in,
     p.final_state = pool.as<float>();
     p.num_state_rows = static_cast<int64_t>(pool.nbytes() / sizeof(float)) / (d.HV * d.K * d.V);
     if (Status st = kc::validate_sequence_layout(p, stream); !st.ok()) return st;
-    if (cache == "pool") return kc::chunked_gated_delta_rule(p, stream);
-    kc::RecurrentDecodeParams r = decode_params(p, d.T);
+    // A pool call with one token per sequence is a decode batch: the decode kernel with slots.
+    if (cache == "pool" && !one_token_per_sequence(d))
+      return kc::chunked_gated_delta_rule(p, stream);
+    kc::RecurrentDecodeParams r = decode_params(p, cache == "spec" ? d.T : 1);
     r.state = pool.as<float>();
     r.state_slots = p.state_slots;
     r.num_state_rows = p.num_state_rows;
-    r.token_states = out.at("token_states").as<float>();
+    if (const DeviceTensor* ts = out.find("token_states")) r.token_states = ts->as<float>();
     return kc::recurrent_decode(r, stream);
   }
   if (Status st = kc::validate_sequence_layout(p, stream); !st.ok()) return st;

@@ -13,6 +13,7 @@
 
 #include "harness/backends/torch/aten_tensors.h"
 #include "harness/backends/torch/torch_mask_adapter.h"
+#include "harness/gdr_problem.h"
 #include "kernels/torch/gated_delta_rule.h"
 #include "kernels/torch/linear_attention_layer.h"
 
@@ -70,11 +71,34 @@ kernels::torch::TorchGdrResult gdr_call(const GdrTensors& t, bool decode, bool k
                                                   /*chunk_size=*/64, keep_state);
 }
 
+// cache=pool with one token per sequence: a serving decode batch, through the pooled recurrent
+// decode (in place on a copy of the pool, padding entries skipped).
+Status gdr_run_pooled_decode(const Case& c, const TensorMap& in, TensorMap& out,
+                             const c10::Device& device) {
+  const GdrTensors t = gdr_tensors(c, in, device);
+  const int64_t n = t.q.size(0) * t.q.size(1);  // tokens = entries
+  auto entries = [&](const at::Tensor& x) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.erase(shape.begin());
+    shape[0] = n;
+    shape.insert(shape.begin() + 1, 1);
+    return x.reshape(shape);
+  };
+  at::Tensor pool = to_aten(in.at("state_pool"), device).clone();
+  const at::Tensor o = kernels::torch::recurrent_decode_pooled(
+      entries(t.q), entries(t.k), entries(t.v), entries(t.g), entries(t.beta), pool,
+      to_aten(in.at("state_slots"), device), /*scale=*/0.0, t.l2);
+  if (Status st = copy_output(o.reshape(t.v.sizes()), out.at("o"), "o"); !st.ok()) return st;
+  return copy_output(pool, out.at("state_pool"), "state_pool");
+}
+
 // cache=pool: every entry starts from its pool row; entries with a negative slot (padding) are
 // computed from row 0 but never written back, so rows nobody addresses stay as they were.
 // cache=spec: the draft tokens one recurrent step at a time, keeping the state after each.
 Status gdr_run_pooled(const Case& c, const TensorMap& in, TensorMap& out,
                       const c10::Device& device) {
+  if (c.get("cache") == "pool" && one_token_per_sequence(gdr_dims(c)))
+    return gdr_run_pooled_decode(c, in, out, device);
   GdrTensors t = gdr_tensors(c, in, device);
   const at::Tensor pool = to_aten(in.at("state_pool"), device);
   const at::Tensor slots = to_aten(in.at("state_slots"), device).to(at::kLong);
@@ -142,7 +166,7 @@ Support layer_supports(const Case& c) {
 }
 
 // Tokens are [1, T, ...] in the case and [T, ...] for the kernel; decode calls (one token per
-// sequence) use the recurrent form.
+// sequence) take the decode step: causal_conv1d_update and the recurrence.
 Status layer_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::Device& device) {
   auto tokens = [&](const char* name) { return to_aten(in.at(name), device).squeeze(0); };
   kernels::torch::LinearAttentionWeights w;
@@ -155,7 +179,7 @@ Status layer_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::
   w.A_log = to_aten(in.at("A_log"), device);
   w.dt_bias = to_aten(in.at("dt_bias"), device);
   w.norm_weight = to_aten(in.at("norm_weight"), device);
-  const auto form = c.get("cache") == "decode" ? kernels::torch::GdrForm::kRecurrent
+  const auto form = c.get("cache") == "decode" ? kernels::torch::GdrForm::kDecode
                                                : kernels::torch::GdrForm::kChunked;
   const auto r = kernels::torch::linear_attention_layer(
       tokens("qkv"), tokens("z"), tokens("a"), tokens("b"), w,

@@ -900,7 +900,15 @@ struct LayerProblem {
 
   // Runs the kernel in place on the two pools; returns the output buffer.
   Buffer run(const Inputs& in, const std::vector<int64_t>& cu, const std::vector<int32_t>& slots,
-             Pool& states, Pool& conv_states, int64_t chunk_size) const {
+             Pool& states, Pool& conv_states, int64_t chunk_size, bool decode = false) const {
+    Status st;
+    Buffer out = call(in, cu, slots, states, conv_states, chunk_size, decode, st);
+    EXPECT_TRUE(st.ok()) << st.message();
+    return out;
+  }
+
+  Buffer call(const Inputs& in, const std::vector<int64_t>& cu, const std::vector<int32_t>& slots,
+              Pool& states, Pool& conv_states, int64_t chunk_size, bool decode, Status& st) const {
     const int64_t T = cu.back();
     const Buffer qkv = Buffer::of(in.qkv, dt), z = Buffer::of(in.z, dt), a = Buffer::of(in.a, dt),
                  b = Buffer::of(in.b, dt);
@@ -930,9 +938,9 @@ struct LayerProblem {
     p.state_slots = slots.data();
     p.num_state_rows = states.rows;
     p.chunk_size = chunk_size;
+    p.decode = decode;
     p.num_threads = 2;
-    const Status st = linear_attention_layer(p);
-    EXPECT_TRUE(st.ok()) << st.message();
+    st = linear_attention_layer(p);
     return out;
   }
 };
@@ -953,32 +961,18 @@ double layer_rtol(ScalarType dt) {
   return 0.0;
 }
 
-class LinearAttentionLayerKernel : public ::testing::TestWithParam<ScalarType> {};
-
-TEST_P(LinearAttentionLayerKernel, PackedWithPoolsMatchesReference) {
-  LayerProblem pr;
-  pr.dt = GetParam();
-  const std::vector<int64_t> lens = {0, 40, 1, 0, 17, 5, 23, 0};
-  const std::vector<int32_t> slots = {0, 5, 2, 7, -1, 3, 1, 6};
-  const int64_t N = static_cast<int64_t>(lens.size());
+// Each real sequence's output and pool rows against the reference (the conv state exactly);
+// padding entries' outputs unwritten.
+void expect_pools_match(const LayerProblem& pr, const ref::LinearAttentionLayerResult& want,
+                        const Buffer& out, const std::vector<int64_t>& cu,
+                        const std::vector<int32_t>& slots, const Pool& states, const Pool& conv) {
   const int64_t SS = pr.HV * pr.K * pr.V, CS = pr.D() * (pr.W - 1), row = pr.HV * pr.V;
-  const Packing pk = pack(std::vector<int64_t>(N, 0), lens);
-  const LayerProblem::Inputs in = pr.inputs(pk.tokens);
-  // Recurrent states of a realistic size: the rule's own fixed points are O(1).
-  Pool states_before(9, SS, 30), conv_before(9, CS, 31);
-  for (float& x : states_before.data) x *= 0.5f;
-  for (float& x : conv_before.data) x = static_cast<float>(round_to(2.0 * x, pr.dt));
-  Pool states = states_before, conv = conv_before;
-
-  const ref::LinearAttentionLayerResult want =
-      pr.reference(in, pk.cu, states_before.gather(slots), conv_before.gather(slots));
-  const Buffer out = pr.run(in, pk.cu, slots, states, conv, 16);
   const double rtol = layer_rtol(pr.dt);
   const double scale = max_abs(want.output), state_scale = max_abs(want.final_state);
   ASSERT_GT(scale, 0.05);
   ASSERT_GT(state_scale, 0.05);
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t b = pk.cu[n] * row, e = pk.cu[n + 1] * row;
+  for (size_t n = 0; n < slots.size(); ++n) {
+    const int64_t b = cu[n] * row, e = cu[n + 1] * row;
     if (slots[n] < 0) {
       EXPECT_TRUE(all_nan(out, b, e)) << "padding entry " << n << " wrote output";
       continue;
@@ -992,8 +986,36 @@ TEST_P(LinearAttentionLayerKernel, PackedWithPoolsMatchesReference) {
                       slice(want.final_conv_state, n * CS, (n + 1) * CS), 0.0, 0.0))
         << "sequence " << n;
   }
+}
+
+// One call in place on the two pools with padding entries equals the reference (the conv state
+// exactly); padding entries and rows nobody addresses are not touched.
+void expect_pooled_call_matches(ScalarType dt, const std::vector<int64_t>& lens,
+                                const std::vector<int32_t>& slots, int64_t rows, int64_t chunk_size,
+                                bool decode) {
+  LayerProblem pr;
+  pr.dt = dt;
+  const int64_t N = static_cast<int64_t>(lens.size());
+  const Packing pk = pack(std::vector<int64_t>(N, 0), lens);
+  const LayerProblem::Inputs in = pr.inputs(pk.tokens);
+  // Recurrent states of a realistic size: the rule's own fixed points are O(1).
+  Pool states_before(rows, pr.HV * pr.K * pr.V, 30), conv_before(rows, pr.D() * (pr.W - 1), 31);
+  for (float& x : states_before.data) x *= 0.5f;
+  for (float& x : conv_before.data) x = static_cast<float>(round_to(2.0 * x, pr.dt));
+  Pool states = states_before, conv = conv_before;
+  const ref::LinearAttentionLayerResult want =
+      pr.reference(in, pk.cu, states_before.gather(slots), conv_before.gather(slots));
+  const Buffer out = pr.run(in, pk.cu, slots, states, conv, chunk_size, decode);
+  expect_pools_match(pr, want, out, pk.cu, slots, states, conv);
   expect_untouched_rows(states_before, states, slots);
   expect_untouched_rows(conv_before, conv, slots);
+}
+
+class LinearAttentionLayerKernel : public ::testing::TestWithParam<ScalarType> {};
+
+TEST_P(LinearAttentionLayerKernel, PackedWithPoolsMatchesReference) {
+  expect_pooled_call_matches(GetParam(), {0, 40, 1, 0, 17, 5, 23, 0}, {0, 5, 2, 7, -1, 3, 1, 6},
+                             /*rows=*/9, /*chunk_size=*/16, /*decode=*/false);
 }
 
 // Chunked prefill through the pools: two calls split mid-chunk (and inside the conv window) ==
@@ -1040,7 +1062,34 @@ TEST_P(LinearAttentionLayerKernel, TwoCallsThroughPoolsEqualOneCall) {
   }
 }
 
+// A decode step (one token per sequence: causal_conv1d_update and recurrent_decode) in place on
+// the pools, with padding entries.
+TEST_P(LinearAttentionLayerKernel, DecodeStepThroughPoolsMatchesReference) {
+  expect_pooled_call_matches(GetParam(), {1, 1, 1, 1, 1, 1}, {4, -1, 0, 6, -1, 2}, /*rows=*/7,
+                             /*chunk_size=*/64, /*decode=*/true);
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, LinearAttentionLayerKernel, kAllTypes, dtype_name);
+
+// decode takes one token per sequence: a call with a longer (or empty) sequence is rejected
+// before any state is touched.
+TEST(LinearAttentionLayerKernelArgs, DecodeRejectsSequencesOfOtherLengths) {
+  LayerProblem pr;
+  pr.dt = ScalarType::kFloat32;
+  for (const std::vector<int64_t>& lens : std::vector<std::vector<int64_t>>{{1, 2}, {1, 0, 1}}) {
+    const std::vector<int32_t> slots = {0, 1, 2};
+    const Packing pk = pack(std::vector<int64_t>(lens.size(), 0), lens);
+    const Pool states_before(3, pr.HV * pr.K * pr.V, 70), conv_before(3, pr.D() * (pr.W - 1), 71);
+    Pool states = states_before, conv = conv_before;
+    Status st;
+    pr.call(pr.inputs(pk.tokens), pk.cu, slots, states, conv, 64, /*decode=*/true, st);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    for (int64_t r = 0; r < 3; ++r) {
+      EXPECT_TRUE(states.row_equal(states_before, r));
+      EXPECT_TRUE(conv.row_equal(conv_before, r));
+    }
+  }
+}
 
 // A call the layer rejects changes nothing, not even the conv states its first step would write.
 TEST(LinearAttentionLayerKernelArgs, RejectedCallWritesNothing) {

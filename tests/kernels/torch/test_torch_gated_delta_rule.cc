@@ -301,6 +301,58 @@ TEST(TorchGdr, EmptySequencesKeepTheirInitialState) {
                    .final_state.defined());
 }
 
+// One decode step on a slot-addressed pool with padding entries: each real entry equals the
+// recurrence from its pool row (bit for bit: the same kernel on the gathered rows), padding entries
+// are skipped (zero output) and rows nobody addresses stay bit-identical.
+TEST(TorchGdr, PooledDecodeSkipsPaddingAndLeavesOtherRows) {
+  GdrCase c;
+  c.batch = 6;
+  c.seq_len = 1;
+  c.heads = 1;
+  c.value_heads = 2;
+  c.key_dim = 16;
+  c.value_dim = 8;
+  const Inputs in = make_inputs(c);
+  const at::Tensor pool_before = make_tensor(
+      {9, 2, 16, 8}, at::kFloat, [rng = SplitMix64(5)]() mutable { return rng.normal(); });
+  const std::vector<int32_t> slot_values = {7, -1, 0, 3, -1, 5};
+  at::Tensor slots = at::empty({6}, at::kInt);
+  std::copy(slot_values.begin(), slot_values.end(), slots.data_ptr<int32_t>());
+  at::Tensor pool = pool_before.clone();
+  const at::Tensor o =
+      recurrent_decode_pooled(in.q, in.k, in.v, in.g, in.beta, pool, slots, 0.0, c.l2norm);
+  ASSERT_EQ(o.sizes(), in.v.sizes());
+  std::vector<bool> used(9, false);
+  for (int64_t i = 0; i < 6; ++i) {
+    const int32_t s = slot_values[i];
+    if (s < 0) {
+      EXPECT_EQ(o.narrow(0, i, 1).abs().max().item<float>(), 0.0f) << "padding entry " << i;
+      continue;
+    }
+    used[s] = true;
+    auto one = [&](const at::Tensor& x) { return x.narrow(0, i, 1); };
+    const TorchGdrResult want =
+        recurrent_gated_delta_rule(one(in.q), one(in.k), one(in.v), one(in.g), one(in.beta),
+                                   std::nullopt, pool_before.narrow(0, s, 1), 0.0, c.l2norm, true);
+    EXPECT_TRUE(at::equal(one(o), want.output)) << "entry " << i;
+    EXPECT_TRUE(at::equal(pool.narrow(0, s, 1), want.final_state)) << "entry " << i;
+  }
+  for (int64_t r = 0; r < 9; ++r) {
+    if (used[r]) continue;
+    EXPECT_TRUE(at::equal(pool.narrow(0, r, 1), pool_before.narrow(0, r, 1))) << r;
+  }
+  // Two entries on one row, or a row past the pool: rejected, nothing written.
+  at::Tensor shared = slots.clone();
+  shared[1] = 7;
+  at::Tensor untouched = pool_before.clone();
+  EXPECT_THROW(recurrent_decode_pooled(in.q, in.k, in.v, in.g, in.beta, untouched, shared),
+               std::invalid_argument);
+  shared[1] = 9;
+  EXPECT_THROW(recurrent_decode_pooled(in.q, in.k, in.v, in.g, in.beta, untouched, shared),
+               std::invalid_argument);
+  EXPECT_TRUE(at::equal(untouched, pool_before));
+}
+
 TEST(TorchGdr, InvalidShapesThrowOneLineErrors) {
   GdrCase c;
   c.lengths = {3, 4};

@@ -280,6 +280,39 @@ TEST(TorchLinearAttentionLayer, SplitPrefillWithCarriedStateEqualsOneShot) {
   EXPECT_TRUE(at::equal(second.final_conv_state, whole.final_conv_state));
 }
 
+// A decode step (one token per sequence) through causal_conv1d_update and the recurrence equals
+// the prefill of the same tokens; the conv state bit for bit.
+TEST(TorchLinearAttentionLayer, DecodeStepEqualsPrefillOfOneTokenSequences) {
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    const LayerInputs in = make_layer_inputs({1, 1, 1, 1, 1}, dt, 26);
+    const TorchLayerResult prefill = run_layer(in, GdrForm::kChunked);
+    const TorchLayerResult decode = run_layer(in, GdrForm::kDecode);
+    EXPECT_LT(compare(decode.output, prefill.output).rel_rms, dt == at::kFloat ? 1e-6 : 1e-2);
+    EXPECT_LT(compare(decode.final_state, prefill.final_state).rel_rms, 1e-6);
+    EXPECT_TRUE(at::equal(decode.final_conv_state, prefill.final_conv_state));
+  }
+  const LayerInputs two = make_layer_inputs({1, 2}, at::kFloat, 27);
+  EXPECT_THROW(run_layer(two, GdrForm::kDecode), std::invalid_argument);
+}
+
+// causal_conv1d_update: the new state is the old one shifted by one with x appended; without a
+// state it reads zeros.
+TEST(TorchCausalConv1dUpdate, ShiftsTheStateByOneToken) {
+  const LayerInputs in = make_layer_inputs({1, 1, 1}, at::kFloat, 28);
+  const TorchConvResult r =
+      causal_conv1d_update(in.qkv, in.weights.conv_weight, in.weights.conv_bias, in.conv_h0);
+  const int64_t ctx = in.conv_h0.size(2);
+  EXPECT_TRUE(at::equal(r.final_state.narrow(2, 0, ctx - 1), in.conv_h0.narrow(2, 1, ctx - 1)));
+  EXPECT_TRUE(at::equal(r.final_state.narrow(2, ctx - 1, 1), in.qkv.unsqueeze(-1)));
+  const TorchConvResult fresh = causal_conv1d_update(in.qkv, in.weights.conv_weight);
+  const TorchConvResult prefill =
+      causal_conv1d(in.qkv, in.weights.conv_weight, std::nullopt, cu_tensor({1, 1, 1}, at::kInt));
+  EXPECT_LT(compare(fresh.output, prefill.output).rel_rms, 1e-6);
+  EXPECT_THROW(causal_conv1d_update(in.qkv, in.weights.conv_weight, std::nullopt,
+                                    in.conv_h0.narrow(2, 0, ctx - 1)),
+               std::invalid_argument);
+}
+
 TEST(TorchLinearAttentionLayer, InvalidShapesThrow) {
   const LayerInputs in = make_layer_inputs({5}, at::kFloat, 25);
   EXPECT_THROW(linear_attention_layer(in.qkv.narrow(1, 0, in.D - 1), in.z, in.a, in.b, in.weights),
