@@ -28,6 +28,9 @@ class Backend {
   virtual std::string description() const = 0;
   // True for the deliberately wrong implementations that prove the harness can fail.
   virtual bool deliberately_wrong() const { return false; }
+  // True for the deliberately correct, independent formulations of the false-positive panel
+  // (right:*): any non-pass they get is the harness's fault.
+  virtual bool deliberately_correct() const { return false; }
   // Bit-identical results for identical inputs (the repeat and isolation probes rely on it).
   virtual bool deterministic() const { return true; }
   // A sequence's result does not depend, even in the last bit, on what else is in its batch.
@@ -44,6 +47,7 @@ struct BackendInfo {
   std::string name;
   std::string description;
   bool deliberately_wrong;
+  bool deliberately_correct = false;
 };
 
 // Options some backends take (from the command line: --device, --cmd, --timeout, --library, --op).
