@@ -24,31 +24,38 @@ template <typename T>
 void chunked_pass(const HeadSequence<T>& s, int64_t length, T* S, T* o, cases::DType operands) {
   const int64_t K = s.K, V = s.V, C = kChunk;
   auto r = [operands](T x) { return round_to(x, operands); };
-  std::vector<T> q(C * K), k(C * K), kb(C * K), A(C * C), UT(C * C), w(C * K), u(C * V), vn(C * V),
-      Sr(K * V), G(C), row(std::max(K, V));
+  std::vector<T> q(C * K), k(C * K), kT(K * C), kb(C * K), A(C * C), UT(C * C), w(C * K), u(C * V),
+      vn(C * V), Sr(K * V), G(C), row(std::max(K, V));
   for (int64_t begin = 0; begin < length; begin += C) {
     const int64_t n = std::min(C, length - begin);
     const T* beta = s.beta + begin;
     for (int64_t i = 0; i < n * K; ++i) q[i] = r(s.q[begin * K + i]), k[i] = r(s.k[begin * K + i]);
     G[0] = s.g[begin];
     for (int64_t i = 1; i < n; ++i) G[i] = G[i - 1] + s.g[begin + i];
-    // A = strictly-lower(diag(beta) K K^T (.) decay)
+    // A = strictly-lower(diag(beta) K K^T (.) decay); rows accumulate over the key dim against
+    // the transposed keys kT [K, C], so the inner loops run along a row.
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t c = 0; c < K; ++c) kT[c * C + j] = k[j * K + c];
     for (int64_t i = 0; i < n; ++i)
       for (int64_t c = 0; c < K; ++c) kb[i * K + c] = r(beta[i] * k[i * K + c]);
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < i; ++j) {
-        T dot = 0;
-        for (int64_t c = 0; c < K; ++c) dot += kb[i * K + c] * k[j * K + c];
-        A[i * C + j] = dot * std::exp(G[i] - G[j]);
+    for (int64_t i = 0; i < n; ++i) {
+      T* a = &A[i * C];
+      std::fill(a, a + i, T(0));
+      for (int64_t c = 0; c < K; ++c) {
+        const T x = kb[i * K + c];
+        for (int64_t j = 0; j < i; ++j) a[j] += x * kT[c * C + j];
       }
+      for (int64_t j = 0; j < i; ++j) a[j] *= std::exp(G[i] - G[j]);
+    }
     // UT = (I + A)^{-1}, unit lower triangular: row i = e_i - sum_{m<i} A_im UT_m
     for (int64_t i = 0; i < n; ++i) {
-      for (int64_t j = 0; j < i; ++j) {
-        T acc = 0;
-        for (int64_t m = j; m < i; ++m) acc += A[i * C + m] * UT[m * C + j];
-        UT[i * C + j] = -acc;
+      T* t = &UT[i * C];
+      std::fill(t, t + i, T(0));
+      for (int64_t m = 0; m < i; ++m) {
+        const T a = A[i * C + m];
+        for (int64_t j = 0; j <= m; ++j) t[j] -= a * UT[m * C + j];
       }
-      UT[i * C + i] = 1;
+      t[i] = 1;
     }
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < i; ++j) UT[i * C + j] = r(UT[i * C + j]);
@@ -85,11 +92,15 @@ void chunked_pass(const HeadSequence<T>& s, int64_t length, T* S, T* o, cases::D
         for (int64_t c = 0; c < V; ++c) oi[c] += q[i * K + m] * Sr[m * V + c];
       const T gi = std::exp(G[i]);
       for (int64_t c = 0; c < V; ++c) oi[c] *= gi;
+      T* qk = &A[i * C];  // A's row i is no longer needed: Q K^T row i, then its decay
+      std::fill(qk, qk + i + 1, T(0));
+      for (int64_t m = 0; m < K; ++m) {
+        const T x = q[i * K + m];
+        for (int64_t j = 0; j <= i; ++j) qk[j] += x * kT[m * C + j];
+      }
       for (int64_t c = 0; c < V; ++c) row[c] = 0;
       for (int64_t j = 0; j <= i; ++j) {
-        T dot = 0;
-        for (int64_t m = 0; m < K; ++m) dot += q[i * K + m] * k[j * K + m];
-        const T a = r(dot * std::exp(G[i] - G[j]));
+        const T a = r(qk[j] * std::exp(G[i] - G[j]));
         for (int64_t c = 0; c < V; ++c) row[c] += a * vn[j * V + c];
       }
       for (int64_t c = 0; c < V; ++c) oi[c] = s.scale * (oi[c] + row[c]);
