@@ -29,6 +29,9 @@ class Backend {
   virtual std::string description() const = 0;
   // True for the deliberately wrong implementations that prove the harness can fail.
   virtual bool deliberately_wrong() const { return false; }
+  // True for the deliberately correct, independent formulations of the false-positive panel
+  // (right:*): any non-pass they get is the harness's fault.
+  virtual bool deliberately_correct() const { return false; }
   // Declared: bit-identical results for identical inputs; two runs that differ then fail the
   // repeat probe. False means "not promised": the repeat probe measures it (harness/probes.h).
   virtual bool deterministic() const { return true; }
@@ -49,6 +52,7 @@ struct BackendInfo {
   std::string name;
   std::string description;
   bool deliberately_wrong;
+  bool deliberately_correct = false;
 };
 
 // Options some backends take (from the command line: --device, --cmd, --timeout, --library, --op).

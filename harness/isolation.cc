@@ -187,6 +187,7 @@ class IsolatedBackend : public Backend {
     return inner_->description() + " (isolated: each call in a child process)";
   }
   bool deliberately_wrong() const override { return inner_->deliberately_wrong(); }
+  bool deliberately_correct() const override { return inner_->deliberately_correct(); }
   bool deterministic() const override { return inner_->deterministic(); }
   bool batch_invariant(const cases::Case& c) const override { return inner_->batch_invariant(c); }
   MatmulPrecision matmul_precision() const override { return inner_->matmul_precision(); }

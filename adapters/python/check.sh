@@ -6,7 +6,9 @@
 #      writable);
 #   2. the smoke suite's gdr cases on numpy_gdr.py: every case must pass (exit code 0);
 #   3. numpy_gdr.py --leaky (ignores cu_seqlens) on packed cases: deltacheck must exit 1 with
-#      leak rows, or the harness has stopped catching the bug.
+#      leak rows, or the harness has stopped catching the bug;
+#   4. numpy_chunked_gdr.py, the false-positive panel's member behind the external protocol (a
+#      correct fp32 chunked form, docs/panel.md): every smoke gdr case must pass, probes included.
 #   adapters/python/check.sh            (BUILD_DIR=build by default)
 set -euo pipefail
 # deltacheck and the adapter open each fixture one after the other; HDF5's advisory file
@@ -60,3 +62,8 @@ if [ "$code" -ne 1 ] || [ "$leaks" -eq 0 ]; then
   exit 1
 fi
 echo "adapter: --leaky caught: exit code 1, $leaks leak rows"
+
+# --- the panel's chunked implementation must pass (a non-pass is a harness false positive) --
+echo "adapter: numpy_chunked_gdr.py, smoke suite (gdr) with probes (docs/panel.md)"
+"$DELTACHECK" run --suite smoke --filter '^gdr' --jobs 2 --quiet --backend external \
+  --cmd "'$python' adapters/python/numpy_chunked_gdr.py {in} {out}"

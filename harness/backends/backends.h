@@ -10,6 +10,8 @@ namespace deltacheck::harness {
 
 std::unique_ptr<Backend> make_cpu_backend();
 std::vector<std::unique_ptr<Backend>> make_wrong_backends();
+// right:*, the false-positive panel's deliberately correct formulations (right/backends.cc).
+std::vector<std::unique_ptr<Backend>> make_right_backends();
 // Deliberately wrong handling of states between calls and in pools (wrong_cache_backends.cc).
 std::vector<std::unique_ptr<Backend>> make_wrong_cache_backends();
 // The cpu backend's layer cases, and the conv that reads across a boundary (cpu_layer.cc).

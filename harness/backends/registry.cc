@@ -19,6 +19,8 @@ std::vector<std::unique_ptr<Backend>> all_backends(const BackendOptions& options
   for (const BackendFactory& f : extra_factories())
     for (auto& b : f(options)) v.push_back(std::move(b));
   v.push_back(make_external_backend(options));
+  // Deliberately correct, independent formulations (the false-positive panel).
+  for (auto& b : make_right_backends()) v.push_back(std::move(b));
   for (auto& b : make_wrong_backends()) v.push_back(std::move(b));
   for (auto& b : make_wrong_crash_backends()) v.push_back(std::move(b));
   return v;
@@ -33,7 +35,8 @@ void register_backend_factory(BackendFactory factory) {
 std::vector<BackendInfo> list_backends() {
   std::vector<BackendInfo> out;
   for (const auto& b : all_backends({}))
-    out.push_back({b->name(), b->description(), b->deliberately_wrong()});
+    out.push_back(
+        {b->name(), b->description(), b->deliberately_wrong(), b->deliberately_correct()});
   return out;
 }
 

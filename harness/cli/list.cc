@@ -21,7 +21,14 @@ int list(const std::string& what, const Selection& sel) {
   if (what == "backends" || what.empty()) {
     std::printf("backends:\n");
     for (const auto& b : dc::harness::list_backends())
-      if (!b.deliberately_wrong) std::printf("  %-30s %s\n", b.name.c_str(), b.description.c_str());
+      if (!b.deliberately_wrong && !b.deliberately_correct)
+        std::printf("  %-30s %s\n", b.name.c_str(), b.description.c_str());
+    std::printf(
+        "deliberately correct, independent formulations (the false-positive panel, "
+        "docs/panel.md):\n");
+    for (const auto& b : dc::harness::list_backends())
+      if (b.deliberately_correct)
+        std::printf("  %-30s %s\n", b.name.c_str(), b.description.c_str());
     std::printf("deliberately wrong backends (they prove the harness can fail):\n");
     for (const auto& b : dc::harness::list_backends())
       if (b.deliberately_wrong) std::printf("  %-30s %s\n", b.name.c_str(), b.description.c_str());

@@ -28,6 +28,7 @@ namespace deltacheck {
 //                                             // on the rest of its batch (probes bit for bit)
 //   MatmulPrecision matmul_precision() const; // default fp32; kTF32 for tensor-core fp32
 //   bool deliberately_wrong() const;          // default false
+//   bool deliberately_correct() const;        // default false (the false-positive panel)
 // run() writes every tensor of `outputs`; the names, shapes and dtypes are fixed by the
 // operation (DESIGN.md; for gdr see deltacheck/gdr.h). Cases of multi-call cache modes
 // (chunked prefill, dynamic decode) are driven by deltacheck as several run() calls, each with
@@ -79,8 +80,9 @@ class FunctionBackend : public Backend {
 
 // deltacheck's own backends, for comparison or as a known-good / known-bad reference in your
 // tests: "cpu" (the project's chunked CPU kernel), the deliberately wrong "wrong:*" ones
-// (e.g. "wrong:ignore-cu-seqlens", which leaks), "external" (a program; BackendOptions::cmd) and,
-// with the torch component, "torch" and "torch-op".
+// (e.g. "wrong:ignore-cu-seqlens", which leaks), the deliberately correct "right:*" ones (the
+// false-positive panel, docs/panel.md), "external" (a program; BackendOptions::cmd) and, with the
+// torch component, "torch" and "torch-op".
 using BackendOptions = harness::BackendOptions;
 using BackendInfo = harness::BackendInfo;
 std::vector<BackendInfo> list_backends();

@@ -1,0 +1,116 @@
+// The false-positive panel (docs/panel.md): the harness is calibrated when independent, correct
+// formulations of the rule in real use (right:*) get no fail, leak or error on the full suite with
+// probes, in every dtype and gate regime, while every deliberately wrong backend (wrong:*) is
+// still caught. A non-pass of a right:* backend is a false positive of the harness (tolerance,
+// leak labels or probes), never of the backend: fix the harness, not the panel.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "cases/suites.h"
+#include "harness/backend.h"
+#include "harness/isolation.h"
+#include "harness/runner.h"
+
+namespace deltacheck::harness {
+namespace {
+
+using cases::Case;
+
+std::vector<std::unique_ptr<Backend>> backends_where(bool (*keep)(const BackendInfo&)) {
+  std::vector<std::unique_ptr<Backend>> v;
+  for (const BackendInfo& b : list_backends())
+    if (keep(b)) v.push_back(make_backend(b.name));
+  return v;
+}
+
+std::vector<Backend*> pointers(const std::vector<std::unique_ptr<Backend>>& v) {
+  std::vector<Backend*> p;
+  for (const auto& b : v) p.push_back(b.get());
+  return p;
+}
+
+bool rule_op(const std::string& op) { return op == "gdr" || op == "layer"; }
+
+// The worst result of one backend on one dtype: how close a pass came to failing.
+struct Worst {
+  int cases = 0, non_pass = 0;
+  double margin = 0;
+  std::string case_id, tensor;
+};
+
+TEST(FalsePositivePanel, CorrectFormulationsPassTheFullSuiteWithProbes) {
+  const auto panel = backends_where([](const BackendInfo& b) { return b.deliberately_correct; });
+  ASSERT_GE(panel.size(), 3u);
+  RunOptions options;
+  options.jobs = 2;
+  options.probes = true;
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<CaseResult> results =
+      run_all(cases::suite("full"), pointers(panel), options, [](const CaseResult&) {});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::map<std::string, Worst> worst;  // "backend dtype"
+  std::map<std::string, std::map<std::string, int>> verdicts;
+  for (const CaseResult& r : results) {
+    ++verdicts[r.backend][verdict_name(r.verdict)];
+    if (!rule_op(r.op)) {
+      EXPECT_EQ(r.verdict, Verdict::kUnsupported) << r.backend << " " << r.case_id;
+      continue;
+    }
+    EXPECT_EQ(r.verdict, Verdict::kPass)
+        << r.backend << " " << verdict_name(r.verdict) << " " << r.case_id << ": " << r.message;
+    Worst& w = worst[r.backend + " " + Case::parse(r.case_id).get("dtype")];
+    ++w.cases;
+    w.non_pass += r.verdict != Verdict::kPass;
+    if (r.margin >= w.margin) w = {w.cases, w.non_pass, r.margin, r.case_id, r.worst_tensor};
+  }
+  std::printf("  %-20s %-5s %6s %8s %7s  %s\n", "backend", "dtype", "cases", "non-pass", "margin",
+              "worst case (tensor)");
+  for (const auto& [key, w] : worst) {
+    const size_t sp = key.find(' ');
+    std::printf("  %-20s %-5s %6d %8d %7.2f  %s (%s)\n", key.substr(0, sp).c_str(),
+                key.substr(sp + 1).c_str(), w.cases, w.non_pass, w.margin, w.case_id.c_str(),
+                w.tensor.c_str());
+  }
+  for (const auto& [backend, counts] : verdicts) {
+    std::printf("  %s:", backend.c_str());
+    for (const auto& [v, n] : counts) std::printf(" %d %s", n, v.c_str());
+    std::printf("\n");
+  }
+  std::printf("  full suite with probes, %zu backends, --jobs 2: %.0f s\n", panel.size(), seconds);
+  EXPECT_EQ(worst.size(), 3 * panel.size()) << "every backend in fp32, bf16 and fp16";
+}
+
+// Every deliberately wrong backend is caught on the smoke suite with probes (the tests named in
+// docs/panel.md pin each one's exact verdicts). The crashing ones crash only in an isolated child,
+// so every wrong backend runs isolated, with a short timeout for the one that hangs.
+TEST(FalsePositivePanel, EveryWrongBackendIsStillCaught) {
+  std::vector<std::unique_ptr<Backend>> wrong;
+  IsolationOptions isolation;
+  isolation.timeout_s = 1.0;
+  for (auto& b : backends_where([](const BackendInfo& b) { return b.deliberately_wrong; }))
+    wrong.push_back(make_isolated_backend(std::move(b), isolation));
+  ASSERT_GE(wrong.size(), 10u);
+  RunOptions options;
+  options.jobs = 2;
+  std::map<std::string, std::map<Verdict, int>> counts;
+  run_all(cases::suite("smoke"), pointers(wrong), options,
+          [&](const CaseResult& r) { ++counts[r.backend][r.verdict]; });
+  for (const auto& b : wrong) {
+    const auto& c = counts[b->name()];
+    const int caught = (c.count(Verdict::kFail) ? c.at(Verdict::kFail) : 0) +
+                       (c.count(Verdict::kLeak) ? c.at(Verdict::kLeak) : 0) +
+                       (c.count(Verdict::kError) ? c.at(Verdict::kError) : 0);
+    std::printf("  %-34s", b->name().c_str());
+    for (const auto& [v, n] : c) std::printf(" %d %s", n, verdict_name(v));
+    std::printf("\n");
+    EXPECT_GT(caught, 0) << b->name() << " passes every smoke case it runs";
+  }
+}
+
+}  // namespace
+}  // namespace deltacheck::harness
