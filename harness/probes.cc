@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <stdexcept>
 
 #include "cases/generate.h"
 #include "harness/call_plan.h"
@@ -240,6 +242,52 @@ ProbeReport probe_order(const PreparedCase& pc, Backend& b, const TensorMap& out
   return report("order", Verdict::kPass);
 }
 
+// The second call's inputs: `r2` with the states the first call left in `carried_from` (output
+// name -> tensor of the first call's outputs).
+void carry_states(const Operation& op, const cases::Case& c, Repacked& r2,
+                  const std::function<cases::Tensor(const std::string& out)>& carried_from) {
+  for (const auto& [out, in] : op.carried_states(c)) {
+    cases::Tensor carried = carried_from(out);
+    cases::Tensor state(in, carried.dtype(), carried.shape());
+    std::memcpy(state.data(), carried.data(), carried.nbytes());
+    if (cases::Tensor* t = r2.tensors.find(in))
+      *t = std::move(state);
+    else
+      r2.tensors.add(std::move(state));
+  }
+}
+
+// The values of two calls (first pieces, then second pieces of every sequence) in the original
+// layout: token rows of both calls, the sequence rows (states) of the second.
+Values reassemble(const Operation& op, const Layout& L, const std::vector<Piece>& first,
+                  const std::vector<Piece>& second, const Values& v1, const Values& v2,
+                  const Values& shape_of) {
+  Values out;
+  const int64_t total = L.total_tokens(), n = L.num_seqs();
+  for (const auto& [name, like] : shape_of) {
+    std::vector<double>& dst = out[name];
+    dst.assign(like.size(), 0.0);
+    const TensorMajor m = op.major(name);
+    const std::vector<double>& a = v1.at(name);
+    const std::vector<double>& b = v2.at(name);
+    if (m == TensorMajor::kToken) {
+      const size_t row = total > 0 ? like.size() / static_cast<size_t>(total) : 0;
+      int64_t off1 = 0, off2 = 0;
+      for (int64_t s = 0; s < n; ++s) {
+        double* at = dst.data() + token_row(L, s, 0) * row;
+        std::copy(a.begin() + off1 * row, a.begin() + (off1 + first[s].length) * row, at);
+        std::copy(b.begin() + off2 * row, b.begin() + (off2 + second[s].length) * row,
+                  at + first[s].length * row);
+        off1 += first[s].length;
+        off2 += second[s].length;
+      }
+    } else {
+      dst = b;
+    }
+  }
+  return out;
+}
+
 // Each sequence in two calls, cut mid-chunk; the second call starts from the first's states.
 ProbeReport probe_split(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
                         const CaseResult& judged) {
@@ -256,15 +304,7 @@ ProbeReport probe_split(const PreparedCase& pc, Backend& b, const TensorMap& out
   const Run a = run_once(b, r1.c, r1.tensors, op.outputs(r1.c));
   if (!a.error.empty()) return run_failed("split", a);
   Repacked r2 = repack(pc.c, pc.inputs, second);
-  for (const auto& [out, in] : op.carried_states(pc.c)) {
-    cases::Tensor carried = a.outputs.at(out);
-    cases::Tensor state(in, carried.dtype(), carried.shape());
-    std::memcpy(state.data(), carried.data(), carried.nbytes());
-    if (cases::Tensor* t = r2.tensors.find(in))
-      *t = std::move(state);
-    else
-      r2.tensors.add(std::move(state));
-  }
+  carry_states(op, pc.c, r2, [&](const std::string& out) { return a.outputs.at(out); });
   const Run c2 = run_once(b, r2.c, r2.tensors, op.outputs(r2.c));
   if (!c2.error.empty()) return run_failed("split", c2);
   // Reassemble the two calls in the original layout and judge against the oracle.
@@ -293,7 +333,30 @@ ProbeReport probe_split(const PreparedCase& pc, Backend& b, const TensorMap& out
       }
     }
   }
-  const CaseResult j = judge(pc, whole, b.name(), true);
+  // The tolerance of a split: the baselines run split the same way (a chunked baseline restarts
+  // its chunk grid at the cut too), each carrying its own states.
+  PreparedCase split{pc.c, {}, pc.expected, {}, pc.outputs};
+  split.precision = pc.precision;
+  const std::vector<OutputSpec> specs1 = op.outputs(r1.c);
+  const std::vector<Baseline> b1 = op.baselines(r1.c, r1.tensors, pc.precision);
+  for (size_t i = 0; i < b1.size(); ++i) {
+    Repacked r2b = repack(pc.c, pc.inputs, second);
+    carry_states(op, pc.c, r2b, [&](const std::string& out) {
+      for (const OutputSpec& spec : specs1)
+        if (spec.name == out) {
+          cases::Tensor t(out, spec.dtype, spec.shape);
+          const std::vector<double>& v = b1[i].values.at(out);
+          for (int64_t e = 0; e < t.numel(); ++e) t.set(e, v[e]);
+          return t;
+        }
+      throw std::logic_error("carried state '" + out + "' is not an output");
+    });
+    const std::vector<Baseline> b2 = op.baselines(r2b.c, r2b.tensors, pc.precision);
+    split.baselines.push_back(
+        {b1[i].name, reassemble(op, L, first, second, b1[i].values, b2.at(i).values, pc.expected)});
+  }
+  measure_baselines(split);
+  const CaseResult j = judge(split, whole, b.name(), true);
   if (j.verdict == Verdict::kPass) return report("split", Verdict::kPass);
   // Off the oracle: a failure only if it is also off the one-shot result by more than the
   // tolerance (a one-shot run that is itself off the oracle is judged by the oracle comparison).

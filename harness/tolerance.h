@@ -56,8 +56,8 @@ Threshold threshold(cases::DType t, double baseline_rel_rms, double baseline_max
 // sequence (times kFactor, plus the floor); the tensor's relative threshold (a short sequence's
 // own baseline error is a small sample); and, for sequences whose values are small against the
 // tensor's (one token, one value, a cancellation), errors per element as large as the tensor may
-// have on average: rel_rms * tensor_ref_rms / seq_ref_rms, and a max |Δ| floor scaled by the
-// tensor's largest value. A relative error on a handful of tiny values is noise; a leak moves a
+// have on average: rel_rms * tensor_ref_rms / seq_ref_rms. Its max |Δ| threshold is at least the
+// tensor's (a baseline's max |Δ| on a few values is a small sample of its error). A relative error on a handful of tiny values is noise; a leak moves a
 // sequence by the tensor's own scale and stays far above all three. The ceiling bounds the tensor,
 // not the sequence: on a sequence of a few hundred values the straightforward implementation
 // itself can exceed it (one bf16 token through the whole layer: 2.3e-2 against a ceiling of
