@@ -2,8 +2,8 @@
 //
 // chunked_gated_delta_rule: the chunked (WY / UT-transform) form with fp32 accumulation; chunks
 // never straddle a sequence boundary. recurrent_gated_delta_rule: the plain token-by-token
-// recurrence in fp32, the straightforward same-precision implementation tolerances are measured
-// against.
+// recurrence in fp32 (an implementation under test like the chunked one; the tolerance
+// baselines live in reference/ and share no code with these kernels).
 #pragma once
 
 #include <cstdint>
