@@ -281,6 +281,10 @@ NB_MODULE(_deltacheck, m) {
     const Case c = deltacheck::parse_case(id);
     return std::make_pair(c.op(), c.params());
   });
+  m.def("sequence_lengths", [](const std::string& id) {
+    const Case c = deltacheck::parse_case(id);
+    return deltacheck::Layout::parse(c.get("layout")).lengths;
+  });
   m.def("short_id", [](const std::string& id) {
     return deltacheck::short_id(deltacheck::parse_case(id));
   });

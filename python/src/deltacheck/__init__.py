@@ -17,7 +17,7 @@ The manual: docs/python.md.
 """
 from . import conventions
 from ._check import Result, check, select
-from ._deltacheck import tolerance_policy, version
+from ._deltacheck import sequence_lengths, short_id, tolerance_policy, version
 from ._testing import Case, cases
 from .conventions import Convention, Unsupported, convention
 
@@ -30,4 +30,5 @@ def suites():
 
 __version__ = version()
 __all__ = ["check", "select", "Result", "cases", "Case", "convention", "Convention",
-           "conventions", "Unsupported", "suites", "tolerance_policy", "version"]
+           "conventions", "Unsupported", "suites", "sequence_lengths", "short_id",
+           "tolerance_policy", "version"]
