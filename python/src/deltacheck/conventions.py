@@ -105,8 +105,8 @@ def transformers(fn, c):
     torch_recurrent_gated_delta_rule), called as the model calls them:
     fn(q, k, v, g=, beta=, initial_state=, output_final_state=, use_qk_l2norm_in_kernel=
     [, cu_seqlens=]) -> (o, final_state), scale fixed at K**-0.5 inside. The model holds one state
-    per batch row: a packed row passes cu_seqlens (where the signature takes it) and its first
-    sequence's initial state; when the function returns one state for the row, sequence i's
+    per batch row: one-token decode sequences become N rows of one token with their N states; a
+    packed row passes cu_seqlens (where the signature takes it) and its first sequence's state; when the function returns one state for the row, sequence i's
     final state is the row's state at its end (the call repeated on the prefix)."""
     i = c.inputs
     q, k, v, g, beta = (i[n] for n in ("q", "k", "v", "g", "beta"))
@@ -126,6 +126,11 @@ def transformers(fn, c):
         return {"o": o, "final_state": s}
     bounds = [int(x) for x in cu]
     n = len(bounds) - 1
+    if c.params["cache"] == "decode" and all(bounds[j + 1] - bounds[j] == 1 for j in range(n)):
+        # The model decodes a batch of N rows of one token each, with the N states.
+        rows = lambda x: x.reshape(n, 1, *x.shape[2:])  # noqa: E731
+        o, s = call(rows(q), rows(k), rows(v), rows(g), rows(beta), s0, final=want_final)
+        return {"o": o.reshape(v.shape[:2] + o.shape[2:]), "final_state": s}
     row_state = s0[:1] if s0 is not None else None
     o, s = call(q, k, v, g, beta, row_state, cu=cu, final=want_final)
     if not want_final or (s is not None and s.shape[0] == n):
