@@ -6,6 +6,7 @@
 // A call's tensors cross as DLPack arrays over deltacheck's own buffers, without copies: the
 // inputs (read-only by contract: a checksum before and after the call turns a write into the
 // verdict error) and the outputs (poisoned and guarded; written by the Python side).
+#include <deltacheck/deltacheck.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -16,7 +17,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <deltacheck/deltacheck.h>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -285,9 +285,8 @@ NB_MODULE(_deltacheck, m) {
     const Case c = deltacheck::parse_case(id);
     return deltacheck::Layout::parse(c.get("layout")).lengths;
   });
-  m.def("short_id", [](const std::string& id) {
-    return deltacheck::short_id(deltacheck::parse_case(id));
-  });
+  m.def("short_id",
+        [](const std::string& id) { return deltacheck::short_id(deltacheck::parse_case(id)); });
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
@@ -347,15 +346,17 @@ NB_MODULE(_deltacheck, m) {
       .def_ro("seqs", &deltacheck::TensorReport::seqs);
   nb::class_<deltacheck::ProbeReport>(m, "ProbeReport")
       .def_ro("name", &deltacheck::ProbeReport::name)
-      .def_prop_ro("verdict",
-                   [](const deltacheck::ProbeReport& p) { return deltacheck::verdict_name(p.verdict); })
+      .def_prop_ro(
+          "verdict",
+          [](const deltacheck::ProbeReport& p) { return deltacheck::verdict_name(p.verdict); })
       .def_ro("detail", &deltacheck::ProbeReport::detail);
   nb::class_<CaseResult>(m, "CaseResult")
       .def_ro("case_id", &CaseResult::case_id)
       .def_ro("op", &CaseResult::op)
       .def_ro("backend", &CaseResult::backend)
-      .def_prop_ro("verdict",
-                   [](const CaseResult& r) { return std::string(deltacheck::verdict_name(r.verdict)); })
+      .def_prop_ro(
+          "verdict",
+          [](const CaseResult& r) { return std::string(deltacheck::verdict_name(r.verdict)); })
       .def_prop_ro("failed", [](const CaseResult& r) { return deltacheck::is_failure(r.verdict); })
       .def_ro("message", &CaseResult::message)
       .def_ro("tensors", &CaseResult::tensors)
@@ -370,8 +371,9 @@ NB_MODULE(_deltacheck, m) {
       .def_ro("worst_rel_rms", &CaseResult::worst_rel_rms)
       .def_ro("worst_threshold", &CaseResult::worst_threshold)
       .def_ro("margin", &CaseResult::margin)
-      .def("line", [](const CaseResult& r) { return deltacheck::format_result(r); },
-           "The console row `deltacheck run` prints, and the reason line for a non-pass.");
+      .def(
+          "line", [](const CaseResult& r) { return deltacheck::format_result(r); },
+          "The console row `deltacheck run` prints, and the reason line for a non-pass.");
 
   m.def(
       "format_summary",
@@ -383,7 +385,8 @@ NB_MODULE(_deltacheck, m) {
       "write_report",
       [](const std::vector<CaseResult>& results, const std::string& dir,
          std::optional<std::vector<std::string>> selection, int64_t seed, double seconds,
-         const std::string& command, const std::vector<std::pair<std::string, std::string>>& rerun) {
+         const std::string& command,
+         const std::vector<std::pair<std::string, std::string>>& rerun) {
         deltacheck::ReportOptions options;
         options.seconds = seconds;
         if (selection) {
@@ -415,6 +418,6 @@ NB_MODULE(_deltacheck, m) {
         const Status st = deltacheck::write_report(report, dir);
         if (!st.ok()) throw std::runtime_error(st.message());
       },
-      nb::arg("results"), nb::arg("dir"), nb::arg("selection"), nb::arg("seed"),
-      nb::arg("seconds"), nb::arg("command"), nb::arg("rerun"));
+      nb::arg("results"), nb::arg("dir"), nb::arg("selection"), nb::arg("seed"), nb::arg("seconds"),
+      nb::arg("command"), nb::arg("rerun"));
 }
