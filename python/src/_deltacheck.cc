@@ -1,0 +1,423 @@
+// deltacheck._deltacheck: the Python extension over deltacheck's public C++ API (deltacheck.h).
+// It selects cases, runs them on a backend whose run() calls a Python function, and hands back the
+// C++ results and reports; the Python package (deltacheck/*.py) turns the call into the user's
+// convention. Nothing here judges: the runner does, exactly as for `deltacheck run`.
+//
+// A call's tensors cross as DLPack arrays over deltacheck's own buffers, without copies: the
+// inputs (read-only by contract: a checksum before and after the call turns a write into the
+// verdict error) and the outputs (poisoned and guarded; written by the Python side).
+#include <deltacheck/deltacheck.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace nb = nanobind;
+using deltacheck::Case;
+using deltacheck::CaseResult;
+using deltacheck::DType;
+using deltacheck::Status;
+using deltacheck::Tensor;
+using deltacheck::TensorMap;
+
+namespace {
+
+nb::dlpack::dtype dl_dtype(DType t) {
+  using Code = nb::dlpack::dtype_code;
+  switch (t) {
+    case DType::kF32:
+      return nb::dtype<float>();
+    case DType::kF64:
+      return nb::dtype<double>();
+    case DType::kBF16:
+      return {static_cast<uint8_t>(Code::Bfloat), 16, 1};
+    case DType::kF16:
+      return {static_cast<uint8_t>(Code::Float), 16, 1};
+    case DType::kI32:
+      return nb::dtype<int32_t>();
+    case DType::kI64:
+      return nb::dtype<int64_t>();
+    case DType::kU8:
+      return nb::dtype<uint8_t>();
+  }
+  throw std::logic_error("unknown dtype");
+}
+
+// A DLPack array over a tensor's body (not its guard bands), valid while the call lasts; bf16 as
+// uint16 bit patterns when `bf16_bits` (NumPy has no bfloat16).
+nb::object view(const Tensor& t, bool bf16_bits) {
+  std::vector<size_t> shape(t.shape().begin(), t.shape().end());
+  const nb::dlpack::dtype dtype =
+      bf16_bits && t.dtype() == DType::kBF16 ? nb::dtype<uint16_t>() : dl_dtype(t.dtype());
+  // array_api: an object with __dlpack__ / __dlpack_device__ (and the buffer protocol), which
+  // torch.from_dlpack, numpy.from_dlpack, cupy and jax take.
+  nb::ndarray<nb::array_api> a(const_cast<void*>(t.data()), shape.size(), shape.data(),
+                               nb::handle(), nullptr, dtype, nb::device::cpu::value);
+  return nb::cast(a, nb::rv_policy::reference);
+}
+
+// A checksum of a tensor's bytes (four independent lanes of a multiplicative mix): inputs must
+// come back as they went in.
+uint64_t checksum(const Tensor& t) {
+  const auto* p = static_cast<const uint8_t*>(t.data());
+  const size_t n = t.nbytes();
+  uint64_t lane[4] = {0x9E3779B97F4A7C15ull, 0xC2B2AE3D27D4EB4Full, 0x165667B19E3779F9ull,
+                      0x27D4EB2F165667C5ull};
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    uint64_t w[4];
+    std::memcpy(w, p + i, 32);
+    for (int j = 0; j < 4; ++j) lane[j] = (lane[j] ^ w[j]) * 0x100000001B3ull;
+  }
+  uint64_t tail = 0;
+  for (; i < n; ++i) tail = (tail << 8 | p[i]) * 0x100000001B3ull;
+  return lane[0] ^ (lane[1] << 1) ^ (lane[2] << 2) ^ (lane[3] << 3) ^ tail ^ n;
+}
+
+// The Python side of a backend: `call(case_id, inputs, outputs)` writes the outputs (dicts of
+// name -> DLPack array) and returns the seconds spent in the user's function;
+// `supports(case_id)` returns None or the reason it cannot run the case. It raises
+// deltacheck.Unsupported for a case it declines while running.
+struct PyBackend {
+  std::string name;
+  nb::object call, supports, unsupported_type;
+  bool deterministic = true;
+  bool bf16_bits = false;
+  // Seconds inside the user's function (what the Python side reports back), summed.
+  double seconds_callable = 0.0;
+  double seconds_calls = 0.0;  // in run_python: the callable plus the route to it and back
+  int64_t calls = 0;
+  std::atomic<bool> interrupted{false};
+};
+
+// Adds the wall time of its scope to a counter.
+class ScopeTimer {
+ public:
+  explicit ScopeTimer(double& into) : into_(into), start_(std::chrono::steady_clock::now()) {}
+  ~ScopeTimer() {
+    into_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  double& into_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+Status run_python(PyBackend& b, const Case& c, const TensorMap& inputs, TensorMap& outputs) {
+  if (b.interrupted) return Status::Unsupported("interrupted (KeyboardInterrupt)");
+  ScopeTimer timer(b.seconds_calls);
+  std::vector<uint64_t> sums;
+  for (const Tensor& t : inputs.all()) sums.push_back(checksum(t));
+  {
+    nb::gil_scoped_acquire gil;
+    try {
+      nb::dict in, out;
+      for (const Tensor& t : inputs.all()) in[t.name().c_str()] = view(t, b.bf16_bits);
+      for (Tensor& t : outputs.all()) out[t.name().c_str()] = view(t, b.bf16_bits);
+      nb::object seconds = b.call(c.id(), in, out);
+      b.seconds_callable += nb::cast<double>(seconds);
+      ++b.calls;
+    } catch (nb::python_error& e) {
+      if (e.matches(PyExc_KeyboardInterrupt)) {
+        b.interrupted = true;
+        return Status::Unsupported("interrupted (KeyboardInterrupt)");
+      }
+      if (e.matches(b.unsupported_type)) {
+        nb::object value = nb::borrow(e.value());
+        return Status::Unsupported(nb::cast<std::string>(nb::str(value)));
+      }
+      // The exception's message (the Python side puts the type and the callable's frame in it).
+      return Status::Internal(nb::cast<std::string>(nb::str(e.value())));
+    } catch (std::exception& e) {
+      return Status::Internal(e.what());
+    }
+  }
+  size_t i = 0;
+  for (const Tensor& t : inputs.all())
+    if (checksum(t) != sums[i++])
+      return Status::Internal("the callable wrote into its input '" + t.name() +
+                              "' (inputs are read-only)");
+  return Status::Ok();
+}
+
+struct RunStats {
+  double seconds = 0.0;           // wall time of run()
+  double seconds_callable = 0.0;  // inside the user's function
+  double seconds_calls = 0.0;     // the backend's run(): the callable and the route to it
+  int64_t calls = 0;
+};
+
+// Runs the cases on a backend calling Python; `on_result(result)` is called with each result as
+// it comes (in case order). The GIL is released while the C++ runner works.
+std::pair<std::vector<CaseResult>, RunStats> run_cases(const std::vector<std::string>& ids,
+                                                       PyBackend& py, bool probes,
+                                                       nb::object on_result) {
+  std::vector<Case> cases;
+  cases.reserve(ids.size());
+  for (const std::string& id : ids) cases.push_back(deltacheck::parse_case(id));
+  py.interrupted = false;
+  py.seconds_callable = 0.0;
+  py.seconds_calls = 0.0;
+  py.calls = 0;
+  auto supports = [&py](const Case& c) {
+    nb::gil_scoped_acquire gil;
+    nb::object why = py.supports(c.id());
+    if (why.is_none()) return deltacheck::Support::Yes();
+    return deltacheck::Support::No(nb::cast<std::string>(why));
+  };
+  deltacheck::FunctionBackend backend(
+      py.name,
+      [&py](const Case& c, const TensorMap& in, TensorMap& out) {
+        return run_python(py, c, in, out);
+      },
+      supports);
+  backend.set_description("Python callable (deltacheck.check)");
+  backend.set_deterministic(py.deterministic);
+  deltacheck::RunOptions options;
+  options.probes = probes;
+  std::vector<CaseResult> results;
+  std::string callback_error;
+  const auto start = std::chrono::steady_clock::now();
+  {
+    nb::gil_scoped_release release;
+    results = deltacheck::run(cases, {&backend}, options, [&](const CaseResult& r) {
+      if (on_result.is_none() || py.interrupted) return;
+      nb::gil_scoped_acquire gil;
+      try {
+        on_result(r);
+      } catch (nb::python_error& e) {
+        py.interrupted = true;  // the remaining cases are not run
+        if (callback_error.empty()) callback_error = e.what();
+      }
+    });
+  }
+  RunStats stats;
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats.seconds_callable = py.seconds_callable;
+  stats.seconds_calls = py.seconds_calls;
+  stats.calls = py.calls;
+  if (!callback_error.empty()) throw std::runtime_error("on_result raised: " + callback_error);
+  if (py.interrupted) {
+    PyErr_SetNone(PyExc_KeyboardInterrupt);
+    throw nb::python_error();
+  }
+  return {std::move(results), stats};
+}
+
+// The same cases on one of deltacheck's own backends (e.g. "cpu"), its calls timed: the runner's
+// own cost per case without Python, for the overhead figures (deltacheck.bench).
+RunStats run_builtin(const std::vector<std::string>& ids, const std::string& name, bool probes) {
+  std::vector<Case> cases;
+  for (const std::string& id : ids) cases.push_back(deltacheck::parse_case(id));
+  std::unique_ptr<deltacheck::Backend> inner = deltacheck::make_backend(name);
+  RunStats stats;
+  deltacheck::FunctionBackend timed(
+      inner->name(),
+      [&](const Case& c, const TensorMap& in, TensorMap& out) {
+        ScopeTimer timer(stats.seconds_calls);
+        ++stats.calls;
+        return inner->run(c, in, out);
+      },
+      [&](const Case& c) { return inner->supports(c); });
+  timed.set_deterministic(inner->deterministic());
+  deltacheck::RunOptions options;
+  options.probes = probes;
+  {
+    nb::gil_scoped_release release;
+    ScopeTimer timer(stats.seconds);
+    deltacheck::run(cases, {&timed}, options);
+  }
+  stats.seconds_callable = stats.seconds_calls;
+  return stats;
+}
+
+deltacheck::Selection make_selection(const std::string& suite, const std::vector<std::string>& ids,
+                                     const std::vector<std::string>& filters,
+                                     const std::vector<std::string>& excludes, int64_t seed,
+                                     int shard_index, int shard_count) {
+  deltacheck::Selection s =
+      ids.empty() ? deltacheck::Selection(suite) : deltacheck::Selection::case_ids(ids);
+  for (const auto& f : filters) s.filter(f);
+  for (const auto& e : excludes) s.exclude(e);
+  if (seed >= 0) s.seed(seed);
+  if (shard_count != 1 || shard_index != 0) s.shard(shard_index, shard_count);
+  return s;
+}
+
+}  // namespace
+
+NB_MODULE(_deltacheck, m) {
+  m.doc() = "deltacheck's C++ core: cases, the runner and reports (use the deltacheck package)";
+  m.def("version", &deltacheck::version);
+  m.def("tolerance_policy", &deltacheck::tolerance_policy);
+  m.def("suites", [] {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& s : deltacheck::list_suites()) out.emplace_back(s.name, s.help);
+    return out;
+  });
+  m.def(
+      "select",
+      [](const std::string& suite, const std::vector<std::string>& ids,
+         const std::vector<std::string>& filters, const std::vector<std::string>& excludes,
+         int64_t seed, int shard_index, int shard_count) {
+        std::vector<std::string> out;
+        for (const Case& c : deltacheck::select(
+                 make_selection(suite, ids, filters, excludes, seed, shard_index, shard_count)))
+          out.push_back(c.id());
+        return out;
+      },
+      nb::arg("suite"), nb::arg("ids"), nb::arg("filters"), nb::arg("excludes"), nb::arg("seed"),
+      nb::arg("shard_index"), nb::arg("shard_count"));
+  m.def("case_params", [](const std::string& id) {
+    const Case c = deltacheck::parse_case(id);
+    return std::make_pair(c.op(), c.params());
+  });
+  m.def("sequence_lengths", [](const std::string& id) {
+    const Case c = deltacheck::parse_case(id);
+    return deltacheck::Layout::parse(c.get("layout")).lengths;
+  });
+  m.def("short_id",
+        [](const std::string& id) { return deltacheck::short_id(deltacheck::parse_case(id)); });
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const deltacheck::CaseIdError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  nb::class_<PyBackend>(m, "Backend")
+      .def(
+          "__init__",
+          [](PyBackend* b, std::string name, nb::object call, nb::object supports,
+             nb::object unsupported_type, bool deterministic, bool bf16_bits) {
+            new (b) PyBackend();
+            b->name = std::move(name);
+            b->call = std::move(call);
+            b->supports = std::move(supports);
+            b->unsupported_type = std::move(unsupported_type);
+            b->deterministic = deterministic;
+            b->bf16_bits = bf16_bits;
+          },
+          nb::arg("name"), nb::arg("call"), nb::arg("supports"), nb::arg("unsupported_type"),
+          nb::arg("deterministic") = true, nb::arg("bf16_bits") = false)
+      .def_ro("name", &PyBackend::name);
+
+  nb::class_<RunStats>(m, "RunStats")
+      .def_ro("seconds", &RunStats::seconds)
+      .def_ro("seconds_callable", &RunStats::seconds_callable)
+      .def_ro("seconds_calls", &RunStats::seconds_calls)
+      .def_ro("calls", &RunStats::calls);
+  m.def("run_builtin", &run_builtin, nb::arg("ids"), nb::arg("backend"), nb::arg("probes") = true);
+  m.def("run", &run_cases, nb::arg("ids"), nb::arg("backend"), nb::arg("probes") = true,
+        nb::arg("on_result") = nb::none());
+
+  nb::class_<deltacheck::Metrics>(m, "Metrics")
+      .def_ro("max_abs", &deltacheck::Metrics::max_abs)
+      .def_ro("max_index", &deltacheck::Metrics::max_index)
+      .def_ro("rel_rms", &deltacheck::Metrics::rel_rms)
+      .def_ro("non_finite", &deltacheck::Metrics::non_finite);
+  nb::class_<deltacheck::Threshold>(m, "Threshold")
+      .def_ro("rel_rms", &deltacheck::Threshold::rel_rms)
+      .def_ro("max_abs", &deltacheck::Threshold::max_abs);
+  nb::class_<deltacheck::SeqReport>(m, "SeqReport")
+      .def_ro("seq", &deltacheck::SeqReport::seq)
+      .def_ro("length", &deltacheck::SeqReport::length)
+      .def_ro("metrics", &deltacheck::SeqReport::metrics)
+      .def_ro("threshold", &deltacheck::SeqReport::threshold)
+      .def_ro("ok", &deltacheck::SeqReport::ok)
+      .def_ro("first_bad_token", &deltacheck::SeqReport::first_bad_token);
+  nb::class_<deltacheck::TensorReport>(m, "TensorReport")
+      .def_ro("name", &deltacheck::TensorReport::name)
+      .def_ro("dtype", &deltacheck::TensorReport::dtype)
+      .def_ro("metrics", &deltacheck::TensorReport::metrics)
+      .def_ro("baseline", &deltacheck::TensorReport::baseline)
+      .def_ro("threshold", &deltacheck::TensorReport::threshold)
+      .def_ro("ok", &deltacheck::TensorReport::ok)
+      .def_ro("seqs", &deltacheck::TensorReport::seqs);
+  nb::class_<deltacheck::ProbeReport>(m, "ProbeReport")
+      .def_ro("name", &deltacheck::ProbeReport::name)
+      .def_prop_ro(
+          "verdict",
+          [](const deltacheck::ProbeReport& p) { return deltacheck::verdict_name(p.verdict); })
+      .def_ro("detail", &deltacheck::ProbeReport::detail);
+  nb::class_<CaseResult>(m, "CaseResult")
+      .def_ro("case_id", &CaseResult::case_id)
+      .def_ro("op", &CaseResult::op)
+      .def_ro("backend", &CaseResult::backend)
+      .def_prop_ro(
+          "verdict",
+          [](const CaseResult& r) { return std::string(deltacheck::verdict_name(r.verdict)); })
+      .def_prop_ro("failed", [](const CaseResult& r) { return deltacheck::is_failure(r.verdict); })
+      .def_ro("message", &CaseResult::message)
+      .def_ro("tensors", &CaseResult::tensors)
+      .def_ro("probes", &CaseResult::probes)
+      .def_ro("seq_lengths", &CaseResult::seq_lengths)
+      .def_ro("leak_seq", &CaseResult::leak_seq)
+      .def_ro("leak_token", &CaseResult::leak_token)
+      .def_ro("leak_max_abs", &CaseResult::leak_max_abs)
+      .def_ro("seconds_backend", &CaseResult::seconds_backend)
+      .def_ro("seconds_total", &CaseResult::seconds_total)
+      .def_ro("worst_tensor", &CaseResult::worst_tensor)
+      .def_ro("worst_rel_rms", &CaseResult::worst_rel_rms)
+      .def_ro("worst_threshold", &CaseResult::worst_threshold)
+      .def_ro("margin", &CaseResult::margin)
+      .def(
+          "line", [](const CaseResult& r) { return deltacheck::format_result(r); },
+          "The console row `deltacheck run` prints, and the reason line for a non-pass.");
+
+  m.def(
+      "format_summary",
+      [](const std::vector<CaseResult>& results, double seconds) {
+        return deltacheck::format_summary(results, seconds);
+      },
+      nb::arg("results"), nb::arg("seconds"));
+  m.def(
+      "write_report",
+      [](const std::vector<CaseResult>& results, const std::string& dir,
+         std::optional<std::vector<std::string>> selection, int64_t seed, double seconds,
+         const std::string& command,
+         const std::vector<std::pair<std::string, std::string>>& rerun) {
+        deltacheck::ReportOptions options;
+        options.seconds = seconds;
+        if (selection) {
+          // [suite, filter..., "--exclude", exclude...] or ["--cases", id...]
+          std::vector<std::string> ids, filters, excludes;
+          std::string suite = "smoke";
+          std::vector<std::string>* into = &filters;
+          size_t i = 0;
+          if (!selection->empty() && (*selection)[0] == "--cases") {
+            into = &ids;
+            i = 1;
+          } else if (!selection->empty()) {
+            suite = (*selection)[0];
+            i = 1;
+          }
+          for (; i < selection->size(); ++i) {
+            if ((*selection)[i] == "--exclude")
+              into = &excludes;
+            else
+              into->push_back((*selection)[i]);
+          }
+          options.selection = make_selection(suite, ids, filters, excludes, seed, 0, 1);
+        }
+        deltacheck::Report report = deltacheck::make_report(results, options);
+        if (!command.empty()) report.command = command;
+        for (auto& e : report.entries)
+          for (const auto& [id, line] : rerun)
+            if (e.result.case_id == id && deltacheck::is_failure(e.result.verdict)) e.rerun = line;
+        const Status st = deltacheck::write_report(report, dir);
+        if (!st.ok()) throw std::runtime_error(st.message());
+      },
+      nb::arg("results"), nb::arg("dir"), nb::arg("selection"), nb::arg("seed"), nb::arg("seconds"),
+      nb::arg("command"), nb::arg("rerun"));
+}

@@ -1,0 +1,249 @@
+"""deltacheck.check: a Python callable against deltacheck's cases, in-process. The C++ runner
+(the extension) generates each case's inputs, computes the FP64 oracle and the baseline, runs the
+probes and judges; this module only turns each call of a case into a call of the user's
+function (conventions.py) and the results into a Result."""
+import functools
+import os
+import shlex
+import sys
+import time
+import traceback
+
+from . import _deltacheck as _dc
+from . import conventions as _conventions
+from ._io import make_io
+from .conventions import Unsupported
+
+
+class Dims:
+    """B, T, H, HV, K, V and N (sequences) of a gdr call."""
+    __slots__ = ("B", "T", "H", "HV", "K", "V", "N")
+
+    def __init__(self, inputs):
+        self.B, self.T, self.H, self.K = inputs["q"].shape
+        self.HV, self.V = inputs["v"].shape[2], inputs["v"].shape[3]
+        cu = inputs.get("cu_seqlens")
+        self.N = cu.shape[0] - 1 if cu is not None else self.B
+
+    def __repr__(self):
+        return "Dims(" + ", ".join(f"{k}={getattr(self, k)}" for k in self.__slots__) + ")"
+
+
+@functools.lru_cache(maxsize=4096)
+def _case_params(case_id):
+    op, params = _dc.case_params(case_id)
+    return op, dict(params)
+
+
+class Call:
+    """One call of a case, as a convention sees it (see conventions.py)."""
+
+    def __init__(self, case_id, inputs, outputs, io):
+        self.case_id = case_id
+        self.op, self.params = _case_params(case_id)
+        self.io = io
+        self.inputs = inputs
+        self.outputs = outputs  # name -> the view the result is written into
+        self._dims = None
+
+    @property
+    def dims(self):
+        if self._dims is None:
+            self._dims = Dims(self.inputs)
+        return self._dims
+
+    def zeros(self, shape, dtype):
+        return self.io.zeros(shape, dtype)
+
+    def arange(self, n, dtype):
+        return self.io.arange(n, dtype)
+
+    def copy(self, x):
+        return self.io.copy(x)
+
+    def stack(self, xs):
+        return self.io.stack(xs)
+
+
+class _Timed:
+    """The user's function, timed: what is spent inside it is not deltacheck's overhead."""
+
+    def __init__(self, fn, io):
+        self.fn, self.io, self.seconds = fn, io, 0.0
+        functools.update_wrapper(self, fn, updated=())
+
+    def __call__(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            out = self.fn(*args, **kwargs)
+            self.io.synchronize()
+            return out
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+
+def _where(exc):
+    """The innermost frame of a traceback, as 'file:line in function'."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" (at {os.path.basename(f.filename)}:{f.lineno} in {f.name})"
+
+
+def _callable_name(fn):
+    mod = getattr(fn, "__module__", None) or ""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    return f"{mod}.{name}" if mod and mod != "__main__" else name
+
+
+def make_backend(fn, convention="fla", device="cpu", framework=None, name=None,
+                 deterministic=True):
+    """The extension's backend for `fn` (and the IO route it uses)."""
+    conv = _conventions.get(convention)
+    io = make_io(framework, device)
+
+    def supports(case_id):
+        op, params = _case_params(case_id)
+        probe = Call.__new__(Call)
+        probe.case_id, probe.op, probe.params = case_id, op, params
+        return conv.supports(probe)
+
+    def call(case_id, inputs, outputs):
+        c = Call(case_id, {k: io.input(a) for k, a in inputs.items()},
+                 {k: io.output(a) for k, a in outputs.items()}, io)
+        timed = _Timed(fn, io)
+        try:
+            with io.guard():
+                returned = conv.call(timed, c)
+            for out_name, view in c.outputs.items():
+                value = returned.get(out_name) if isinstance(returned, dict) else None
+                if value is None:
+                    raise ValueError(f"the callable returned no {out_name} (convention "
+                                     f"{conv.name!r}; expected {', '.join(c.outputs)})")
+                if value is not view:
+                    io.write(out_name, view, value)
+        except (Unsupported, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            raise RuntimeError(f"{type(e).__name__}: {e}{_where(e)}") from e
+        return timed.seconds
+
+    label = name or f"py:{_callable_name(fn)}"
+    backend = _dc.Backend(label, call, supports, Unsupported, deterministic=deterministic,
+                          bf16_bits=io.bf16_bits)
+    return backend, io, conv
+
+
+def _as_list(x):
+    if x is None:
+        return []
+    return [x] if isinstance(x, str) else list(x)
+
+
+def select(suite="smoke", filter=None, exclude=None, case=None, seed=None, shard=None):
+    """The case ids of a selection: a suite narrowed by `filter` / `exclude` regexes (each a
+    string or a list, all filters must match), or explicit `case` ids; `seed` replaces every
+    case's seed; `shard=(i, n)` keeps every n-th case from the i-th."""
+    index, count = shard or (0, 1)
+    return _dc.select(suite, _as_list(case), _as_list(filter), _as_list(exclude),
+                      -1 if seed is None else int(seed), index, count)
+
+
+class Result:
+    """The results of deltacheck.check: .ok, .summary(), .to_report(dir), per-case results
+    (iterate, or index by case id), .notes, and timing (.seconds, .seconds_callable)."""
+
+    def __init__(self, results, stats, notes, fn_label, convention, selection, seed):
+        self.results = results
+        self.seconds = stats.seconds
+        self.seconds_callable = stats.seconds_callable
+        self.calls = stats.calls
+        self.notes = notes
+        self._fn_label = fn_label
+        self._convention = convention
+        self._selection = selection
+        self._seed = seed
+
+    @property
+    def ok(self):
+        return not any(r.failed for r in self.results)
+
+    def __iter__(self):
+        return iter(self.results)
+
+    def __len__(self):
+        return len(self.results)
+
+    def __getitem__(self, key):
+        if isinstance(key, int):
+            return self.results[key]
+        for r in self.results:
+            if r.case_id == key:
+                return r
+        raise KeyError(key)
+
+    def failures(self):
+        return [r for r in self.results if r.failed]
+
+    def rerun(self, r):
+        """The line that reruns one case."""
+        conv = "" if self._convention == "fla" else f", convention={self._convention!r}"
+        return f"dc.check({self._fn_label}, case={r.case_id!r}{conv})"
+
+    @property
+    def overhead_per_case(self):
+        """Seconds per case spent outside the callable (generation, oracle, baseline, probes'
+        bookkeeping, comparisons, conversions)."""
+        n = max(1, len(self.results))
+        return (self.seconds - self.seconds_callable) / n
+
+    def summary(self, passes=False):
+        """The console rows of every non-pass result (with the reason line and a rerun line),
+        the notes and the totals, as `deltacheck run` prints them."""
+        lines = []
+        for r in self.results:
+            if r.verdict == "pass" and not passes:
+                continue
+            lines.append(r.line().rstrip("\n"))
+            if r.failed:
+                lines.append(f"            rerun: {self.rerun(r)}")
+        lines += [f"note: {n}" for n in self.notes]
+        lines.append(_dc.format_summary(self.results, self.seconds).rstrip("\n"))
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return (f"<deltacheck.Result {len(self.results)} cases, "
+                f"{'ok' if self.ok else 'FAILED'}>")
+
+    def to_report(self, directory):
+        """Writes report.json, junit.xml, summary.md and report.html into `directory`, as
+        `deltacheck run --report-dir` does; failing cases carry their rerun line."""
+        command = " ".join(shlex.quote(a) for a in [sys.executable] + sys.argv)
+        command += "".join(f"\n# {n}" for n in self.notes)
+        _dc.write_report(self.results, str(directory), self._selection,
+                         -1 if self._seed is None else int(self._seed), self.seconds, command,
+                         [(r.case_id, self.rerun(r)) for r in self.failures()])
+        return str(directory)
+
+
+def check(fn, suite="smoke", *, filter=None, exclude=None, case=None, seed=None, shard=None,
+          device="cpu", convention="fla", framework=None, probes=True, name=None,
+          deterministic=True, verbose=False):
+    """Runs `fn` on the selected cases (deltacheck.select's arguments) and judges it exactly as
+    `deltacheck run` does. `convention` says how a case's tensors become fn's arguments
+    (deltacheck.conventions); `device` where torch tensors live ("cpu", "cuda", "cuda:1");
+    `framework` "torch" or "numpy" (default: torch when importable). `deterministic=False` for
+    kernels whose bits may vary between identical calls (the repeat probe then tolerates it).
+    verbose=True prints each result's row as it comes."""
+    ids = select(suite, filter, exclude, case, seed, shard)
+    backend, io, conv = make_backend(fn, convention, device, framework, name, deterministic)
+    on_result = (lambda r: print(r.line(), end="", flush=True)) if verbose else None
+    results, stats = _dc.run(ids, backend, probes, on_result)
+    if case is not None:
+        selection = ["--cases"] + _as_list(case)
+    else:
+        selection = [suite] + _as_list(filter) + ["--exclude"] + _as_list(exclude)
+    notes = [io.unwritten_note, f"convention {conv.name!r}, {io.name} tensors on {device}"]
+    return Result(results, stats, notes, _callable_name(fn).rsplit(".", 1)[-1], conv.name,
+                  selection, seed)

@@ -1,0 +1,159 @@
+"""How a call's tensors reach the user's callable and come back: torch tensors (zero-copy DLPack
+views of deltacheck's buffers on the CPU, copied to the device otherwise) or NumPy arrays.
+
+Outputs the callable allocates itself cannot be poisoned by deltacheck; with torch they are made
+detectable by running the callable with deterministic algorithms on and
+torch.utils.deterministic.fill_uninitialized_memory (torch.empty is then NaN-filled, so an
+element the kernel never writes comes back NaN, which fails the case)."""
+import contextlib
+import warnings
+
+import numpy as np
+
+_DTYPES = {"fp32": "float32", "fp64": "float64", "fp16": "float16", "bf16": "bfloat16",
+           "int32": "int32", "int64": "int64", "uint8": "uint8"}
+
+
+def torch_or_none():
+    try:
+        import torch
+    except Exception:  # not installed, or broken: the NumPy route
+        return None
+    return torch
+
+
+class TorchIO:
+    """Torch tensors on `device`."""
+    name = "torch"
+    bf16_bits = False
+
+    def __init__(self, torch, device):
+        self.torch = torch
+        self.device = torch.device(device)
+        self.cpu = self.device.type == "cpu"
+        fill = getattr(getattr(torch.utils, "deterministic", None), "fill_uninitialized_memory",
+                       None)
+        self.detects_unwritten = fill is not None
+        self.unwritten_note = (
+            "unwritten outputs: detected (the callable runs with torch deterministic algorithms "
+            "and fill_uninitialized_memory, so torch.empty outputs are NaN-filled)"
+            if self.detects_unwritten else
+            f"unwritten outputs: NOT detectable (torch {torch.__version__} has no "
+            "torch.utils.deterministic.fill_uninitialized_memory; an output the kernel allocates "
+            "and never writes holds whatever memory it got)")
+
+    def input(self, a):
+        t = self.torch.from_dlpack(a)
+        return t if self.cpu else t.to(self.device)
+
+    def output(self, a):
+        return self.torch.from_dlpack(a)
+
+    def write(self, name, view, value):
+        if not isinstance(value, self.torch.Tensor):
+            value = self.torch.as_tensor(np.asarray(value))
+        if tuple(value.shape) != tuple(view.shape):
+            raise ValueError(f"output {name}: shape {tuple(value.shape)} returned, "
+                             f"{tuple(view.shape)} expected")
+        view.copy_(value.detach())  # rounds floats to the output's dtype (to nearest even)
+
+    def zeros(self, shape, dtype):
+        return self.torch.zeros(shape, dtype=getattr(self.torch, _DTYPES[dtype]),
+                                device=self.device)
+
+    def arange(self, n, dtype):
+        return self.torch.arange(n, dtype=getattr(self.torch, _DTYPES[dtype]), device=self.device)
+
+    def copy(self, x):
+        return x.clone()
+
+    def stack(self, xs):
+        return self.torch.stack(list(xs))
+
+    def synchronize(self):
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+
+    @contextlib.contextmanager
+    def guard(self):
+        """Deterministic algorithms (warnings only) and NaN-filled torch.empty during the call."""
+        if not self.detects_unwritten:
+            yield
+            return
+        torch = self.torch
+        det = torch.utils.deterministic
+        was_on = torch.are_deterministic_algorithms_enabled()
+        was_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+        was_fill = det.fill_uninitialized_memory
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        det.fill_uninitialized_memory = True
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*deterministic.*")
+                yield
+        finally:
+            det.fill_uninitialized_memory = was_fill
+            torch.use_deterministic_algorithms(was_on, warn_only=was_warn)
+
+
+class NumpyIO:
+    """NumPy arrays on the CPU; bf16 inputs widened to float32 (exactly), bf16 outputs rounded
+    to nearest even."""
+    name = "numpy"
+    bf16_bits = True  # the extension hands bf16 as uint16 bit patterns
+    detects_unwritten = False
+    unwritten_note = ("unwritten outputs: NOT detectable (NumPy arrays the callable allocates "
+                      "cannot be poisoned; outputs written in place into deltacheck's buffers "
+                      "would be)")
+
+    def input(self, a):
+        x = np.from_dlpack(a)
+        if x.dtype == np.uint16:  # bf16 bits (deltacheck has no uint16 tensors)
+            return (x.astype(np.uint32) << 16).view(np.float32)
+        return x
+
+    def output(self, a):
+        return np.from_dlpack(a)
+
+    def write(self, name, view, value):
+        value = np.asarray(value)
+        if value.shape != view.shape:
+            raise ValueError(f"output {name}: shape {value.shape} returned, {view.shape} expected")
+        if view.dtype == np.uint16:  # bf16 bits
+            u = value.astype(np.float32).view(np.uint32).astype(np.uint64)
+            view[...] = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+        else:
+            view[...] = value
+
+    def zeros(self, shape, dtype):
+        return np.zeros(shape, dtype=_DTYPES[dtype])
+
+    def arange(self, n, dtype):
+        return np.arange(n, dtype=_DTYPES[dtype])
+
+    def copy(self, x):
+        return np.array(x, copy=True)
+
+    def stack(self, xs):
+        return np.stack(list(xs))
+
+    def synchronize(self):
+        pass
+
+    @contextlib.contextmanager
+    def guard(self):
+        yield
+
+
+def make_io(framework, device):
+    """The torch route when torch is importable (or asked for), else NumPy."""
+    if framework not in (None, "torch", "numpy"):
+        raise ValueError(f"framework must be 'torch' or 'numpy', not {framework!r}")
+    torch = torch_or_none() if framework != "numpy" else None
+    if framework == "torch" and torch is None:
+        raise ImportError("framework='torch' but torch is not importable")
+    if torch is None:
+        if device != "cpu":
+            raise ValueError(f"device={device!r} needs torch; the NumPy route runs on the CPU")
+        return NumpyIO()
+    return TorchIO(torch, device)

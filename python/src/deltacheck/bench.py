@@ -1,0 +1,73 @@
+"""Overhead figures of the in-process route: `python -m deltacheck.bench [--suite smoke]`.
+
+On the same cases, in one run:
+  route     per call of the callable: what the Python route adds around it (DLPack views, the
+            convention, the NaN-fill guard, writing the outputs back, the input checksums)
+  harness   per case: the C++ runner's own work (inputs, FP64 oracle, baseline, probes'
+            bookkeeping, judging), which `deltacheck run` pays too; measured beside it with
+            deltacheck's own "cpu" backend
+  overhead  per case: everything outside the callable (harness + route x calls per case)
+The callable: deltacheck.examples.recurrent_gdr (NumPy), or --kernel MODULE:FUNCTION."""
+import argparse
+import os
+import sys
+import time
+
+
+def measure(fn, ids, framework, probes):
+    from . import _deltacheck as _dc
+    from ._check import make_backend
+    backend, io, _ = make_backend(fn, framework=framework)
+    cpu0 = time.process_time()
+    results, stats = _dc.run(ids, backend, probes)
+    cpu = time.process_time() - cpu0
+    return results, stats, cpu, io
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--suite", default="smoke")
+    ap.add_argument("--filter", default=r"^gdr\(")
+    ap.add_argument("--framework", choices=["numpy", "torch"], default="numpy")
+    ap.add_argument("--no-probes", action="store_true")
+    ap.add_argument("--kernel", default=None,
+                    help="MODULE:FUNCTION of the callable (default: the tests' NumPy recurrence)")
+    args = ap.parse_args(argv)
+    from . import _deltacheck as _dc
+    from ._check import select
+    if args.kernel:
+        import importlib
+        mod, _, name = args.kernel.partition(":")
+        fn = getattr(importlib.import_module(mod), name)
+    else:
+        from .examples import recurrent_gdr as fn
+    ids = select(args.suite, args.filter)
+    probes = not args.no_probes
+    results, s, cpu, io = measure(fn, ids, args.framework, probes)
+    bad = [r for r in results if r.verdict not in ("pass", "unsupported")]
+    ran = [r for r in results if r.verdict != "unsupported"]
+    n = max(1, len(ran))
+    builtin = _dc.run_builtin([r.case_id for r in ran], "cpu", probes)
+    route = (s.seconds_calls - s.seconds_callable) / max(1, s.calls)
+    harness = (s.seconds - s.seconds_calls) / n
+    harness_cpu_backend = (builtin.seconds - builtin.seconds_calls) / n
+    overhead = (s.seconds - s.seconds_callable) / n
+    load = os.getloadavg()[0]
+    print(f"deltacheck.bench: {len(ran)} {args.suite} cases ({args.filter}), {s.calls} calls, "
+          f"{io.name} callable, probes {'on' if probes else 'off'}; load {load:.1f} on "
+          f"{os.cpu_count()} cores")
+    print(f"  callable       {1e3 * s.seconds_callable / n:8.2f} ms/case")
+    print(f"  route          {1e3 * route:8.3f} ms/call  ({s.calls / n:.1f} calls/case)")
+    print(f"  harness        {1e3 * harness:8.2f} ms/case  (same cases on the C++ cpu backend: "
+          f"{1e3 * harness_cpu_backend:.2f} ms/case)")
+    print(f"  overhead       {1e3 * overhead:8.2f} ms/case  (everything outside the callable)")
+    print(f"  process CPU    {1e3 * (cpu - s.seconds_callable) / n:8.2f} ms/case outside the "
+          f"callable (all threads; wall minus callable is inflated by load)")
+    if bad:
+        print(f"deltacheck.bench: {len(bad)} cases did not pass: {bad[0].line()}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""deltacheck's pytest plugin (entry point pytest11): one test item per case id for a callable
+named on the command line,
+
+    pytest --deltacheck=mypkg.ops:chunk_gated_delta_rule --deltacheck-suite=gate -n 2
+
+and, for test files, the deltacheck.cases decorator (deltacheck/_testing.py). A failing item
+shows the verdict's row and reason line (a leak: sequence, first wrong token, max |Δ|) and the
+rerun lines; an unsupported case is skipped with its reason."""
+import importlib
+
+import pytest
+from _pytest.runner import collect_one_node
+
+from ._testing import outcome, run_case
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("deltacheck", "deltacheck: check a Python kernel against deltacheck's cases")
+    g.addoption("--deltacheck", metavar="MODULE:FUNCTION",
+                help="the callable to check, e.g. mypkg.ops:chunk_gated_delta_rule "
+                     "(one test item per case)")
+    g.addoption("--deltacheck-suite", default="smoke", metavar="SUITE",
+                help="smoke (default), gate or full")
+    g.addoption("--deltacheck-filter", action="append", default=[], metavar="REGEX",
+                help="keep the case ids matching REGEX (repeatable: all must match)")
+    g.addoption("--deltacheck-exclude", action="append", default=[], metavar="REGEX",
+                help="drop the case ids matching REGEX (repeatable)")
+    g.addoption("--deltacheck-case", action="append", default=[], metavar="ID",
+                help="exactly this case id instead of a suite (repeatable)")
+    g.addoption("--deltacheck-seed", type=int, default=None, help="replace every case's seed")
+    g.addoption("--deltacheck-convention", default="fla",
+                help="how a case becomes a call: fla (default), transformers, vllm, or "
+                     "MODULE:NAME of a deltacheck.Convention")
+    g.addoption("--deltacheck-device", default="cpu", help="cpu (default), cuda, cuda:1, ...")
+    g.addoption("--deltacheck-framework", choices=["torch", "numpy"], default=None,
+                help="torch tensors (default when torch is importable) or NumPy arrays")
+    g.addoption("--deltacheck-no-probes", action="store_true",
+                help="skip the oracle-free leakage probes")
+
+
+def _load(spec, what):
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise pytest.UsageError(f"--{what}={spec!r}: expected MODULE:NAME, e.g. mypkg.ops:fn")
+    try:
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise pytest.UsageError(f"--{what}={spec}: {type(e).__name__}: {e}") from None
+    return obj
+
+
+class DeltacheckItem(pytest.Item):
+    def __init__(self, *, case_id, **kwargs):
+        super().__init__(**kwargs)
+        self.case_id = case_id
+
+    def runtest(self):
+        opts = self.parent.opts
+        result, conv = run_case(self.case_id, self.parent.fn, opts["convention"], opts["device"],
+                                framework=opts["framework"], probes=opts["probes"],
+                                name=self.parent.name)
+        self.user_properties.append(("verdict", result.verdict))
+        outcome(result, self.parent.label, conv, self.nodeid)
+
+    def reportinfo(self):
+        return self.parent.label, None, f"deltacheck {self.case_id}"
+
+
+class DeltacheckCollector(pytest.Collector):
+    def __init__(self, *, fn, label, ids, opts, **kwargs):
+        super().__init__(**kwargs)
+        self.fn, self.label, self.ids, self.opts = fn, label, ids, opts
+
+    def collect(self):
+        # Explicit node ids: pytest parses a stored id (--lf's cache) at its first "[", and a
+        # case id has brackets, so the item's id must be the parsed form of the same string.
+        return [DeltacheckItem.from_parent(self, name=i, nodeid=f"{self.nodeid}::{i}", case_id=i)
+                for i in self.ids]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session, config, items):
+    spec = config.getoption("deltacheck")
+    if not spec:
+        return
+    from . import _check
+    fn = _load(spec, "deltacheck")
+    conv = config.getoption("deltacheck_convention")
+    if ":" in conv:
+        conv = _load(conv, "deltacheck-convention")
+    try:
+        ids = _check.select(config.getoption("deltacheck_suite"),
+                            config.getoption("deltacheck_filter"),
+                            config.getoption("deltacheck_exclude"),
+                            config.getoption("deltacheck_case") or None,
+                            config.getoption("deltacheck_seed"))
+    except (ValueError, RuntimeError) as e:
+        raise pytest.UsageError(f"deltacheck: {e}") from None
+    opts = {"convention": conv, "device": config.getoption("deltacheck_device"),
+            "probes": not config.getoption("deltacheck_no_probes"),
+            "framework": config.getoption("deltacheck_framework")}
+    collector = DeltacheckCollector.from_parent(session, name=spec, nodeid=spec, fn=fn,
+                                                label=spec.partition(":")[2], ids=ids, opts=opts)
+    # Collected like a test file, so the terminal counts the items and -k, --lf, xdist and the
+    # JUnit report see them as any others.
+    report = collect_one_node(collector)
+    config.hook.pytest_collectreport(report=report)
+    if report.outcome == "failed":
+        raise pytest.UsageError(f"deltacheck: collecting {spec} failed: {report.longreprtext}")
+    items[:0] = [x for x in report.result if isinstance(x, pytest.Item)]

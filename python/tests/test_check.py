@@ -1,0 +1,171 @@
+"""deltacheck.check on NumPy kernels (no torch needed): verdicts come from the C++ runner exactly
+as for `deltacheck run`; the route reports what the callable did wrong."""
+import json
+
+import numpy as np
+import pytest
+
+import deltacheck as dc
+from deltacheck.examples import recurrent_gdr, recurrent_gdr_no_reset
+
+SMOKE_GDR = dict(suite="smoke", filter=r"^gdr\(", framework="numpy")
+PACKED = "gdr(layout=packed[63,0,65],dtype=fp32,gate=strong,seed=7)"
+
+
+def nonempty_sequences(result):
+    return sum(1 for n in result.seq_lengths if n > 0)
+
+
+def test_correct_kernel_passes_every_supported_case():
+    res = dc.check(recurrent_gdr, **SMOKE_GDR)
+    verdicts = {r.verdict for r in res}
+    assert res.ok, res.summary()
+    assert verdicts == {"pass", "unsupported"}, res.summary()
+    # unsupported: exactly the slot-pool modes, which the fla convention cannot express
+    for r in res:
+        if r.verdict == "unsupported":
+            assert "cache=pool" in r.case_id or "cache=spec" in r.case_id
+    assert len(res) == len(dc.select("smoke", r"^gdr\("))
+    assert res.seconds_callable > 0 and res.calls > len(res)  # probes call it again
+
+
+def test_state_not_reset_leaks_on_every_multi_sequence_case():
+    res = dc.check(recurrent_gdr_no_reset, **SMOKE_GDR)
+    assert not res.ok
+    for r in res:
+        if r.verdict == "unsupported":
+            continue
+        if nonempty_sequences(r) >= 2:
+            assert r.verdict == "leak", r.line()
+            assert r.leak_seq >= 1 and "alone passes" in r.line()
+        else:
+            assert r.verdict == "pass", r.line()
+    text = res.summary()
+    assert "LEAK" in text and "seq 1 from token 0" in text
+    assert "rerun: dc.check(recurrent_gdr_no_reset, case='gdr(" in text
+
+
+def test_one_case_by_id_and_its_result():
+    res = dc.check(recurrent_gdr_no_reset, case=PACKED, framework="numpy")
+    (r,) = res
+    assert r.case_id.startswith("gdr(layout=packed[63,0,65],") and r.verdict == "leak"
+    assert res[r.case_id] is not None and res[0].verdict == "leak"
+    o = next(t for t in r.tensors if t.name == "o")
+    assert [s.ok for s in o.seqs] == [True, True, False]  # seq 2 wrong (seq 1 is empty)
+    (good,) = dc.check(recurrent_gdr, case=PACKED, framework="numpy")
+    assert good.verdict == "pass" and {p.name for p in good.probes} >= {"isolation", "alone"}
+
+
+def test_report_files_carry_the_rerun_line(tmp_path):
+    res = dc.check(recurrent_gdr_no_reset, case=PACKED, framework="numpy")
+    res.to_report(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "junit.xml", "report.html", "report.json", "summary.md"]
+    report = json.loads((tmp_path / "report.json").read_text())
+    (entry,) = report["results"]
+    assert entry["verdict"] == "leak"
+    assert entry["rerun"].startswith("dc.check(recurrent_gdr_no_reset, case='gdr(")
+    assert "unwritten outputs: NOT detectable" in report["run"]["command"]
+
+
+def _kernel(**overrides):
+    def fn(**kw):
+        o, s = recurrent_gdr(**kw)
+        return overrides.get("result", lambda o, s, kw: (o, s))(o, s, kw)
+    return fn
+
+
+@pytest.mark.parametrize("result, message", [
+    (lambda o, s, kw: (o[:, :-1], s), "output o: shape"),
+    (lambda o, s, kw: (o, None), "returned no final_state"),
+    (lambda o, s, kw: 1 / 0, "ZeroDivisionError: division by zero (at test_check.py:"),
+])
+def test_a_malformed_or_crashing_callable_is_an_error(result, message):
+    fn = _kernel(result=result)
+    (r,) = dc.check(fn, case=PACKED, framework="numpy", probes=False)
+    assert r.verdict == "error" and message in r.message, r.line()
+
+
+def test_writing_into_an_input_is_an_error():
+    def fn(**kw):
+        kw["q"][...] = 0
+        return recurrent_gdr(**kw)
+    (r,) = dc.check(fn, case=PACKED, framework="numpy", probes=False)
+    assert r.verdict == "error" and "wrote into its input 'q'" in r.message, r.line()
+
+
+def test_unwritten_elements_are_caught_when_written_in_place():
+    @dc.convention("in-place-test")
+    def in_place(fn, c):
+        fn(c.inputs, c.outputs)  # the kernel writes into deltacheck's (poisoned) buffers
+        return c.outputs
+
+    def half_written(inputs, outputs):
+        kw = {k: inputs.get(k) for k in ("q", "k", "v", "g", "beta", "initial_state",
+                                         "cu_seqlens")}
+        o, s = recurrent_gdr(**kw, scale=64 ** -0.5, output_final_state=True,
+                             use_qk_l2norm_in_kernel=True)
+        outputs["o"][:, : o.shape[1] // 2] = o[:, : o.shape[1] // 2]
+        outputs["final_state"][...] = s
+
+    (r,) = dc.check(half_written, case=PACKED, framework="numpy", convention=in_place,
+                    probes=False)
+    assert r.verdict == "error" and "unwritten" in r.message, r.line()
+
+
+def test_unsupported_raised_by_the_callable():
+    def fn(**kw):
+        raise dc.Unsupported("no fp32 in this kernel")
+    (r,) = dc.check(fn, case=PACKED, framework="numpy")
+    assert r.verdict == "unsupported" and r.message == "no fp32 in this kernel"
+
+
+def vllm_style(q, k, v, g, beta, scale, initial_state, inplace_final_state, cu_seqlens,
+               ssm_state_indices, use_qk_l2norm_in_kernel):
+    """A slot-pool kernel on top of the recurrence: states gathered from and written back to
+    initial_state[ssm_state_indices], padding entries (slot < 0) skipped."""
+    assert inplace_final_state
+    slots = np.asarray(ssm_state_indices)
+    live = slots >= 0
+    o, s = recurrent_gdr(q=q, k=k, v=v, g=g, beta=beta, scale=scale,
+                         initial_state=initial_state[np.where(live, slots, 0)],
+                         output_final_state=True, cu_seqlens=cu_seqlens,
+                         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+    initial_state[slots[live]] = s[live]
+    return o, None
+
+
+def test_vllm_convention_runs_the_pool_cases():
+    res = dc.check(vllm_style, "smoke", filter=[r"^gdr\(", "cache=(pool|prefill)"],
+                   convention="vllm", framework="numpy")
+    verdicts = {r.case_id: r.verdict for r in res}
+    assert any("cache=pool" in i for i in verdicts), verdicts
+    assert set(verdicts.values()) == {"pass"}, res.summary()
+
+
+def test_a_declared_convention():
+    @dc.convention("positional-test")
+    def positional(fn, c):
+        i = c.inputs
+        o, s = fn(i["q"], i["k"], i["v"], i["g"], i["beta"], i.get("initial_state"),
+                  i.get("cu_seqlens"), c.params["l2"] == "1")
+        return {"o": o, "final_state": s}
+
+    def mine(q, k, v, g, beta, h0, cu, l2):
+        return recurrent_gdr(q=q, k=k, v=v, g=g, beta=beta, scale=q.shape[-1] ** -0.5,
+                             initial_state=h0, output_final_state=True, cu_seqlens=cu,
+                             use_qk_l2norm_in_kernel=l2)
+
+    assert "positional-test" in dc.conventions.names()
+    res = dc.check(mine, case=[PACKED, PACKED.replace("fp32", "bf16")],
+                   convention="positional-test", framework="numpy")
+    assert [r.verdict for r in res] == ["pass", "pass"], res.summary()
+
+
+def test_selection_errors_are_one_line():
+    with pytest.raises(ValueError, match="unknown"):
+        dc.select("no-such-suite")
+    with pytest.raises(ValueError, match="layout"):
+        dc.check(recurrent_gdr, case="gdr(layout=oops)")
+    with pytest.raises(ValueError, match="unknown convention 'nope'"):
+        dc.check(recurrent_gdr, case=PACKED, convention="nope")
