@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -109,6 +110,88 @@ TEST(FalsePositivePanel, EveryWrongBackendIsStillCaught) {
     for (const auto& [v, n] : c) std::printf(" %d %s", n, verdict_name(v));
     std::printf("\n");
     EXPECT_GT(caught, 0) << b->name() << " passes every smoke case it runs";
+  }
+}
+
+// A state-not-reset bug planted in each panel formulation: the packed row is handed to it as one
+// sequence (no cu_seqlens), so the state of each packed sequence runs into the next, as in the
+// padding-free bug. Every packed case of the gate where the bug changes a later sequence's output
+// must be a leak (not a fail: the sequence is right when run alone).
+class StateNotReset : public Backend {
+ public:
+  explicit StateNotReset(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name() + "+state-not-reset"; }
+  std::string description() const override { return "planted: state carried across sequences"; }
+  bool deliberately_wrong() const override { return true; }
+  Support supports(const Case& c) const override { return inner_->supports(c); }
+  Status run(const Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
+    const cases::Tensor* cu = in.find("cu_seqlens");
+    if (!cu || c.op() != "gdr") return inner_->run(c, in, out);
+    const cases::Layout L = cases::Layout::parse(c.get("layout"));
+    const Case row = c.with("layout", "single[" + std::to_string(L.total_tokens()) + "]");
+    cases::TensorMap row_in;
+    for (const cases::Tensor& t : in.all()) {
+      if (t.name() == "cu_seqlens") continue;
+      if (t.name() == "initial_state") {  // the first sequence's state starts the row
+        std::vector<int64_t> shape = t.shape();
+        shape[0] = 1;
+        cases::Tensor first(t.name(), t.dtype(), shape);
+        for (int64_t i = 0; i < first.numel(); ++i) first.set(i, t.get(i));
+        row_in.add(std::move(first));
+        continue;
+      }
+      row_in.add(t);
+    }
+    cases::TensorMap row_out;
+    for (const cases::Tensor& t : out.all()) {
+      std::vector<int64_t> shape = t.shape();
+      if (t.name() == "final_state") shape[0] = 1;
+      row_out.add(cases::Tensor(t.name(), t.dtype(), shape));
+    }
+    if (Status st = inner_->run(row, row_in, row_out); !st.ok()) return st;
+    for (cases::Tensor& t : out.all()) {
+      const cases::Tensor& r = row_out.at(t.name());
+      for (int64_t i = 0; i < t.numel(); ++i) t.set(i, r.get(i % r.numel()));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
+
+TEST(FalsePositivePanel, AStateNotResetBugPlantedInEachIsALeak) {
+  for (const BackendInfo& info : list_backends()) {
+    if (!info.deliberately_correct) continue;
+    StateNotReset planted(make_backend(info.name));
+    auto right = make_backend(info.name);
+    int leaks = 0;
+    for (const Case& c : cases::suite("gate")) {
+      if (c.op() != "gdr" || (c.get("cache") != "prefill" && c.get("cache") != "none")) continue;
+      const cases::Layout L = cases::Layout::parse(c.get("layout"));
+      if (!L.has_cu_seqlens()) continue;
+      const PreparedCase pc = prepare(c);
+      // Visible: the planted bug moves some output of a sequence after the first non-empty one
+      // by more than 1e-3 of the output's scale (the state that runs over may have decayed away).
+      cases::TensorMap good = allocate_outputs(pc.outputs), bad = allocate_outputs(pc.outputs);
+      ASSERT_TRUE(right->run(c, pc.inputs, good).ok()) << c.id();
+      ASSERT_TRUE(planted.run(c, pc.inputs, bad).ok()) << c.id();
+      const auto& o_good = good.at("o");
+      const auto& o_bad = bad.at("o");
+      double scale = 0, moved = 0;
+      for (int64_t i = 0; i < o_good.numel(); ++i) {
+        scale = std::max(scale, std::abs(o_good.get(i)));
+        moved = std::max(moved, std::abs(o_good.get(i) - o_bad.get(i)));
+      }
+      if (!(moved > 1e-3 * scale)) continue;
+      const CaseResult r = run_case(pc, planted, true);
+      EXPECT_EQ(r.verdict, Verdict::kLeak) << planted.name() << " " << verdict_name(r.verdict)
+                                           << " on " << c.id() << ": " << r.message;
+      ++leaks;
+    }
+    std::printf("  %-34s leak on %d packed gate cases where the bug is visible\n",
+                planted.name().c_str(), leaks);
+    EXPECT_GE(leaks, 20) << planted.name();
   }
 }
 

@@ -302,3 +302,69 @@ TEST(Integrity, DegenerateExpectationIsAnError) {
 
 }  // namespace
 }  // namespace deltacheck::harness
+
+namespace deltacheck::harness {
+namespace {
+
+// A kernel whose fp32 matmuls run in TF32, modelled by the CPU kernel on q, k and v rounded to
+// 10 mantissa bits (round half away from zero on the bits: not the baseline's rounding code).
+class Tf32Like : public Backend {
+ public:
+  explicit Tf32Like(MatmulPrecision declared) : declared_(declared) {}
+  std::string name() const override { return "tf32-like"; }
+  std::string description() const override { return "test"; }
+  MatmulPrecision matmul_precision() const override { return declared_; }
+  Support supports(const Case& c) const override { return cpu_->supports(c); }
+  Status run(const Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
+    cases::TensorMap rounded = in;
+    for (const char* name : {"q", "k", "v"}) {
+      cases::Tensor& t = rounded.at(name);
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        uint32_t bits;
+        const float x = static_cast<float>(t.get(i));
+        std::memcpy(&bits, &x, 4);
+        bits = (bits + (1u << 12)) & ~((1u << 13) - 1);
+        float y;
+        std::memcpy(&y, &bits, 4);
+        t.set(i, y);
+      }
+    }
+    return cpu_->run(c, rounded, out);
+  }
+
+ private:
+  MatmulPrecision declared_;
+  std::unique_ptr<Backend> cpu_ = make_backend("cpu");
+};
+
+TEST(MatmulPrecision, TF32IsJudgedAgainstItsBaselineOnlyWhenDeclared) {
+  const PreparedCase pc = prepare(Case::parse("gdr(layout=packed[63,0,65],dtype=fp32,seed=9)"));
+  Tf32Like undeclared(MatmulPrecision::kDefault), declared(MatmulPrecision::kTF32);
+  const CaseResult u = run_case(pc, undeclared);
+  EXPECT_EQ(u.verdict, Verdict::kFail);
+  EXPECT_EQ(u.precision, "fp32");
+  EXPECT_NE(u.message.find("TF32 size"), std::string::npos) << u.message;
+  const CaseResult d = run_case(pc, declared);
+  EXPECT_EQ(d.verdict, Verdict::kPass) << d.message;
+  EXPECT_EQ(d.precision, "tf32");
+  bool named = false;
+  for (const TensorReport& t : d.tensors)
+    named = named || t.baseline_name.find("tf32") != std::string::npos;
+  EXPECT_TRUE(named) << "the TF32 baseline sets the threshold";
+  // bf16 activations are not fp32 matmuls: a TF32 declaration changes nothing there.
+  const PreparedCase bf = prepare(Case::parse("gdr(layout=packed[63,0,65],dtype=bf16,seed=9)"));
+  EXPECT_EQ(run_case(bf, declared).verdict, Verdict::kPass);
+  // A small fp32 slip far below TF32's size gets no TF32 hint.
+  ScriptedBackend slip([](const Case& c, const cases::TensorMap& in, cases::TensorMap& out) {
+    Status s = make_backend("cpu")->run(c, in, out);
+    cases::Tensor& o = out.at("o");
+    for (int64_t i = 0; i < o.numel(); i += 7) o.set(i, o.get(i) * (1 + 3e-5));
+    return s;
+  });
+  const CaseResult sr = run_case(pc, slip);
+  EXPECT_EQ(sr.verdict, Verdict::kFail);
+  EXPECT_EQ(sr.message.find("TF32"), std::string::npos) << sr.message;
+}
+
+}  // namespace
+}  // namespace deltacheck::harness

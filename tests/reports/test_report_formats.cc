@@ -251,11 +251,14 @@ TEST(JUnit, CountsVerdictsAndValidatesAgainstTheSchema) {
             std::string::npos);
   EXPECT_NE(xml.find("classname=\"mask.static\""), std::string::npos);
   EXPECT_EQ(xml.find("classname=\"gdr\""), std::string::npos);
-  // The failure's body holds the reason lines, the full case id and the rerun command.
+  // The failure's body holds the reason lines (with the error against the worst baseline), the
+  // full case id and the rerun command.
   EXPECT_NE(
       xml.find("<failure message=\"rel_rms 3.1e-02 &gt; 5.0e-03 in o (seq 2 from token 0)\" "
                "type=\"leak\">seq 2 from token 0, max|Δ| 4.00e-01 (rel_rms 3.1e-02 &gt; "
-               "5.0e-03 in o)\nprobe isolation: leak seq 2 changed when seq 0 was "
+               "5.0e-03 in o)\no: rel_rms 3.10e-02 (threshold 5.00e-03), max|Δ| 4.00e-01 "
+               "(threshold 1.00e-03); worst same-precision baseline: rel_rms 1.00e-07, error "
+               "3.1e+05x it\nprobe isolation: leak seq 2 changed when seq 0 was "
                "regenerated\ncase: gdr(layout=packed[3,0,4],dtype=fp32,gate=strong,"
                "cache=prefill,seed=7)\nrerun: deltacheck run --backend wrong:ignore-cu-seqlens"
                " --case "),
