@@ -18,6 +18,7 @@
 #include "cases/generate.h"
 #include "cases/generator_version.h"
 #include "cases/input_checks.h"
+#include "cases/safe_text.h"
 #include "golden/sha256.h"
 
 namespace deltacheck::golden {
@@ -840,14 +841,17 @@ Status read_output_file(const std::string& path, cases::TensorMap& outputs) {
   const hid_t f = file.get();
   if (H5Aexists(f, "unsupported") > 0) {
     StatusOr<std::string> why = read_attr_string(f, "{out}", "unsupported");
-    return Status::Unsupported(why.ok() ? why.value() : "declined by the program");
+    // The program's own words, bound for reports and the console.
+    return Status::Unsupported(why.ok() ? cases::printable_line(why.value(), 1000)
+                                        : "declined by the program");
   }
   for (Tensor& t : outputs.all()) {
     const std::string where = "output '" + t.name() + "'";
     if (H5Lexists(f, t.name().c_str(), H5P_DEFAULT) <= 0) {
       std::string found;
       if (StatusOr<std::vector<std::string>> names = list_links(f, "{out}"); names.ok())
-        for (const std::string& n : names.value()) found += (found.empty() ? "" : ", ") + n;
+        for (const std::string& n : names.value())
+          found += (found.empty() ? "" : ", ") + cases::printable_line(n, 200);
       return invalid(where + " missing from {out} (found: " + (found.empty() ? "nothing" : found) +
                      ")");
     }

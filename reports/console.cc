@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 
+#include "cases/safe_text.h"
+
 namespace deltacheck::reports {
 namespace {
 
@@ -36,6 +38,9 @@ std::string verdict_cell(Verdict v, const ConsoleOptions& o) {
 }  // namespace
 
 std::string format_result_line(const harness::CaseResult& r, const ConsoleOptions& o) {
+  // Messages, probe details and names can come from a candidate: printed as one line each, with
+  // control characters escaped, so they cannot fake a line of their own (or recolour one).
+  using cases::printable_line;
   std::string metric;
   int64_t mismatches = 0, compared = 0;
   bool exact = false;
@@ -47,14 +52,15 @@ std::string format_result_line(const harness::CaseResult& r, const ConsoleOption
     metric = fmt::format("{:<12} rel_rms {:.1e} {} {:.1e}", r.worst_tensor, r.worst_rel_rms,
                          r.worst_rel_rms <= r.worst_threshold ? "<=" : "> ", r.worst_threshold);
   const std::string margin = r.worst_tensor.empty() ? "" : fmt::format("{:.2f}", r.margin);
-  std::string line = fmt::format("{} {:<28} {:<38} {:>5} {}\n", verdict_cell(r.verdict, o),
-                                 r.backend, metric, margin, r.case_id);
+  std::string line =
+      fmt::format("{} {:<28} {:<38} {:>5} {}\n", verdict_cell(r.verdict, o),
+                  printable_line(r.backend), metric, margin, printable_line(r.case_id));
   if (r.verdict != Verdict::kPass && !r.message.empty())
-    line += fmt::format("{:12}{}\n", "", r.message);
+    line += fmt::format("{:12}{}\n", "", printable_line(r.message, 1 << 16));
   for (const harness::ProbeReport& p : r.probes)
     if (p.verdict != Verdict::kPass && r.message.find("probe " + p.name) == std::string::npos)
       line += fmt::format("{:12}probe {}: {} {}\n", "", p.name, harness::verdict_name(p.verdict),
-                          p.detail);
+                          printable_line(p.detail, 1 << 16));
   return line;
 }
 

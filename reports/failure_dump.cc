@@ -13,6 +13,7 @@
 
 #include "cases/fork_guard.h"
 #include "cases/generator_version.h"
+#include "cases/safe_text.h"
 #include "golden/format.h"
 #include "harness/tolerance.h"
 #include "reports/report.h"
@@ -46,7 +47,8 @@ Status write_string_attr(hid_t obj, const char* name, const std::string& value) 
   Closer type{string_type(), H5Tclose};
   Closer space{H5Screate(H5S_SCALAR), H5Sclose};
   Closer attr{H5Acreate2(obj, name, type.id, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
-  const char* p = value.c_str();
+  const std::string utf8 = cases::valid_utf8(value);  // the type says UTF-8 (h5py decodes it)
+  const char* p = utf8.c_str();
   if (attr.id < 0 || H5Awrite(attr.id, type.id, &p) < 0)
     return Status::Internal(std::string("cannot write attribute ") + name);
   return Status::Ok();

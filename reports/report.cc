@@ -18,6 +18,8 @@
 #include <sstream>
 #include <thread>
 
+#include "cases/safe_text.h"
+
 namespace deltacheck::reports {
 namespace fs = std::filesystem;
 using harness::Verdict;
@@ -229,7 +231,54 @@ Status write_file_atomic(const std::string& path, const std::string& content) {
   return Status::Ok();
 }
 
-WrittenReport write_report_files(const Report& r, const std::string& dir) {
+namespace {
+
+// Strings in a JSON value (a report's selection) made valid UTF-8.
+void sanitize_json(nlohmann::ordered_json& j) {
+  if (j.is_string()) {
+    j = cases::valid_utf8(j.get<std::string>());
+  } else if (j.is_structured()) {
+    for (auto& v : j) sanitize_json(v);
+  }
+}
+
+}  // namespace
+
+Report sanitized(Report r) {
+  using cases::printable_line;
+  using cases::valid_utf8;
+  for (std::string* s : {&r.tool_version, &r.git_revision, &r.tolerance, &r.command, &r.started_at})
+    *s = valid_utf8(*s);
+  sanitize_json(r.selection);
+  for (std::string& b : r.backends) b = printable_line(b);
+  for (std::string& m : r.merged_from) m = valid_utf8(m);
+  for (Machine& m : r.machines) {
+    m.hostname = printable_line(m.hostname);
+    m.cpu_model = printable_line(m.cpu_model);
+  }
+  for (Entry& e : r.entries) {
+    harness::CaseResult& x = e.result;
+    for (std::string* s : {&x.case_id, &x.op, &x.backend, &x.worst_tensor, &e.family})
+      *s = printable_line(*s);
+    x.message = printable_line(x.message, 1 << 16);
+    e.rerun = valid_utf8(e.rerun);
+    e.dump = valid_utf8(e.dump);
+    for (harness::ProbeReport& p : x.probes) {
+      p.name = printable_line(p.name);
+      p.detail = printable_line(p.detail, 1 << 16);
+    }
+    for (harness::TensorReport& t : x.tensors) {
+      t.name = printable_line(t.name);
+      t.dtype = printable_line(t.dtype);
+    }
+  }
+  return r;
+}
+
+WrittenReport write_report_files(const Report& unsafe, const std::string& dir) {
+  // Text from outside (a candidate's messages, --cmd, --filter) may hold any bytes: JSON and XML
+  // need valid UTF-8, so everything is cleaned once here, before any format sees it.
+  const Report r = sanitized(unsafe);
   const auto t0 = std::chrono::steady_clock::now();
   WrittenReport w;
   std::error_code ec;

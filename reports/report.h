@@ -110,6 +110,9 @@ struct WrittenReport {
   double seconds = 0.0;            // time spent formatting and writing
 };
 WrittenReport write_report_files(const Report& r, const std::string& dir);
+// The report with every string valid UTF-8 and names and one-line fields free of control
+// characters (cases/safe_text.h); write_report_files() writes this form.
+Report sanitized(Report r);
 Status write_file_atomic(const std::string& path, const std::string& content);
 LoadedReport read_report(const std::string& dir_or_file);
 

@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "cases/safe_text.h"
 #include "golden/format.h"
 #include "harness/backends/backends.h"
 #include "harness/isolation.h"
@@ -55,8 +56,8 @@ std::string last_line(const std::string& path) {
   std::string line, last;
   while (std::getline(f, line))
     if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
-  if (last.size() > 300) last = last.substr(0, 300) + "...";
-  return last;
+  // The program's words go into reports and onto the console: valid UTF-8, no control codes.
+  return cases::printable_line(last, 300);
 }
 
 // Makes a folder the program may have locked (chmod 000) removable again; never follows a
