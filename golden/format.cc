@@ -19,6 +19,7 @@
 #include "cases/generator_version.h"
 #include "cases/input_checks.h"
 #include "cases/safe_text.h"
+#include "golden/hdf5.h"
 #include "golden/sha256.h"
 
 namespace deltacheck::golden {
@@ -26,66 +27,6 @@ namespace {
 
 using cases::DType;
 using cases::Tensor;
-
-// --- HDF5 plumbing ------------------------------------------------------------------------
-
-// An HDF5 identifier closed on scope exit.
-class Hid {
- public:
-  Hid() = default;
-  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  Hid(const Hid&) = delete;
-  Hid& operator=(const Hid&) = delete;
-  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
-  Hid& operator=(Hid&& o) noexcept {
-    if (this != &o) {
-      reset();
-      id_ = o.id_;
-      close_ = o.close_;
-      o.id_ = -1;
-    }
-    return *this;
-  }
-  ~Hid() { reset(); }
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-  // Closes now; false when closing failed (for a file: data may not have reached the disk).
-  bool reset() {
-    bool fine = true;
-    if (id_ >= 0 && close_) fine = close_(id_) >= 0;
-    id_ = -1;
-    return fine;
-  }
-
- private:
-  hid_t id_ = -1;
-  herr_t (*close_)(hid_t) = nullptr;
-};
-
-Hid file_h(hid_t id) { return Hid(id, H5Fclose); }
-Hid group_h(hid_t id) { return Hid(id, H5Gclose); }
-Hid dataset_h(hid_t id) { return Hid(id, H5Dclose); }
-Hid space_h(hid_t id) { return Hid(id, H5Sclose); }
-Hid type_h(hid_t id) { return Hid(id, H5Tclose); }
-Hid attr_h(hid_t id) { return Hid(id, H5Aclose); }
-Hid plist_h(hid_t id) { return Hid(id, H5Pclose); }
-
-// HDF5 prints its error stack to stderr by default; deltacheck reports its own one-line errors.
-// The setting is per thread in a thread-safe build, so every entry point calls this.
-void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
-
-herr_t innermost_error(unsigned n, const H5E_error2_t* e, void* out) {
-  if (e->desc && *e->desc) *static_cast<std::string*>(out) = e->desc;
-  return 0;
-}
-
-// The most specific message on the current HDF5 error stack ("" when empty); clears the stack.
-std::string hdf5_detail() {
-  std::string msg;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, innermost_error, &msg);
-  H5Eclear2(H5E_DEFAULT);
-  return msg.empty() ? "" : " (" + msg + ")";
-}
 
 Status invalid(const std::string& m) { return Status::InvalidArgument(m); }
 
@@ -156,13 +97,7 @@ bool is_ieee_half(hid_t type) {
 // --- attributes ---------------------------------------------------------------------------
 
 Status write_attr_string(hid_t obj, const char* name, const std::string& value) {
-  Hid type = type_h(H5Tcopy(H5T_C_S1));
-  H5Tset_size(type.get(), H5T_VARIABLE);
-  H5Tset_cset(type.get(), H5T_CSET_UTF8);
-  Hid space = space_h(H5Screate(H5S_SCALAR));
-  Hid a = attr_h(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
-  const char* p = value.c_str();
-  if (!a.ok() || H5Awrite(a.get(), type.get(), &p) < 0)
+  if (!write_string_attr(obj, name, value))
     return Status::Internal(std::string("cannot write attribute '") + name + "'" + hdf5_detail());
   return Status::Ok();
 }

@@ -206,31 +206,6 @@ std::string utc_now_iso8601() {
   return buf;
 }
 
-Status write_file_atomic(const std::string& path, const std::string& content) {
-  // Write next to the target and rename over it: readers (a CI upload, a browser) see either the
-  // old file or the complete new one, never a partial file.
-  const fs::path target(path);
-  const fs::path tmp =
-      target.parent_path() / fmt::format(".{}.tmp{}", target.filename().string(), getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(content.data(), static_cast<std::streamsize>(content.size()));
-    out.close();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      return Status::Internal("cannot write " + tmp.string());
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    return Status::Internal("cannot rename " + tmp.string() + " to " + path + ": " + ec.message());
-  }
-  return Status::Ok();
-}
-
 namespace {
 
 // Strings in a JSON value (a report's selection) made valid UTF-8.
@@ -273,38 +248,6 @@ Report sanitized(Report r) {
     }
   }
   return r;
-}
-
-WrittenReport write_report_files(const Report& unsafe, const std::string& dir) {
-  // Text from outside (a candidate's messages, --cmd, --filter) may hold any bytes: JSON and XML
-  // need valid UTF-8, so everything is cleaned once here, before any format sees it.
-  const Report r = sanitized(unsafe);
-  const auto t0 = std::chrono::steady_clock::now();
-  WrittenReport w;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    w.status =
-        Status::InvalidArgument("cannot create report directory " + dir + ": " + ec.message());
-    return w;
-  }
-  // Format everything before writing anything, so a formatting problem leaves no new files.
-  const std::vector<std::pair<std::string, std::string>> files{
-      {"report.json", format_json(r)},
-      {"junit.xml", format_junit(r)},
-      {"summary.md", format_markdown(r)},
-      {"report.html", format_html(r)},
-  };
-  for (const auto& [name, text] : files) {
-    const std::string path = (fs::path(dir) / name).string();
-    if (Status st = write_file_atomic(path, text); !st.ok()) {
-      w.status = st;
-      return w;
-    }
-    w.files.push_back({path, text.size()});
-  }
-  w.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return w;
 }
 
 LoadedReport read_report(const std::string& dir_or_file) {

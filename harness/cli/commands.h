@@ -72,12 +72,15 @@ class ResultSink {
   ~ResultSink();
   // What the run is (for the report, the rerun commands and the progress bar); optional.
   void describe_run(const Selection& s, const SelectedCases& sel, const BackendSelection& b);
-  // For harness::RunOptions::on_failure: writes failure dumps (null without --report-dir).
+  // For harness::RunOptions::on_failure: keeps failing results for their failure dumps (null
+  // without --report-dir), which on_result() writes: report a case only after all its backends
+  // ran, so that no dump exists while a candidate runs the same case.
   harness::FailureCallback failure_hook();
   void on_result(const harness::CaseResult& r);
   int finish(const std::vector<harness::CaseResult>& results);
 
  private:
+  void write_pending_dump(const harness::CaseResult& r);
   struct State;
   OutputOptions options_;
   bool color_;
@@ -89,8 +92,8 @@ class ResultSink {
 struct BackendSelection {
   std::vector<std::string> names{"cpu"};
   harness::BackendOptions options;
-  bool isolate = false;     // --isolate: each backend call in a child process (--timeout)
-  std::string max_memory;   // --max-memory; empty: the default (limits.cc)
+  bool isolate = false;    // --isolate: each backend call in a child process (--timeout)
+  std::string max_memory;  // --max-memory; empty: the default (limits.cc)
 };
 void add_backend_options(CLI::App* app, BackendSelection& b);
 std::vector<std::unique_ptr<harness::Backend>> make_backends(const BackendSelection& b);

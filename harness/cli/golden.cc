@@ -221,11 +221,11 @@ int verify(const VerifyArgs& a) {
   for (size_t i : selected.index) {
     StatusOr<harness::PreparedCase> pc = golden::prepare_stored(read_validated(reader, a.file, i));
     if (!pc.ok()) bad_file(a.file, pc.status().message());
-    for (harness::Backend* b : backends) {
-      harness::CaseResult r = harness::run_case(pc.value(), *b, !a.no_probes, on_failure);
-      sink.on_result(r);
-      results.push_back(std::move(r));
-    }
+    // Reported once every backend has run the case: its failure dumps are written then.
+    const size_t first = results.size();
+    for (harness::Backend* b : backends)
+      results.push_back(harness::run_case(pc.value(), *b, !a.no_probes, on_failure));
+    for (size_t k = first; k < results.size(); ++k) sink.on_result(results[k]);
   }
   return sink.finish(results);
 }

@@ -1,0 +1,52 @@
+// Hostile files and machines on the fixture paths (docs/reliability.md): a disk that fills up
+// while a fixture is written, {out} files and fixtures whose data lives outside the file, chunks
+// and shapes that would exceed --max-memory before a byte is checked, and the leftovers and
+// messages of issue 19.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/file.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "deltacheck_test_paths.h"
+#include "golden_test_util.h"
+
+namespace deltacheck::golden {
+namespace {
+
+using testing::quote;
+using testing::run_cli;
+using testing::TempDir;
+
+int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+// --- 4: a full disk -------------------------------------------------------------------------
+
+TEST(FullDisk, GoldenGenerateFailsWithOneCleanLineAndLeavesNothing) {
+  TempDir dir;
+  // Files over 100 kB cannot be written (SIGXFSZ ignored: writes fail with EFBIG, as on a full
+  // disk). HDF5 cannot close such a file, and its exit handler used to crash on it (SIGSEGV).
+  const std::string cmd = "cd " + dir.path() + " && (trap '' XFSZ; ulimit -f 200; " +
+                          DELTACHECK_BINARY_DIR + "/deltacheck golden generate --case " +
+                          quote("gdr(layout=packed[2000,3000],H=2,HV=4,K=64,V=64,seed=1)") +
+                          " -o big.h5 >out.txt 2>err.txt)";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2);  // not 139 (SIGSEGV)
+  std::ostringstream err;
+  err << std::ifstream(dir / "err.txt").rdbuf();
+  EXPECT_EQ(lines(err.str()), 1) << err.str();
+  EXPECT_NE(err.str().find("deltacheck: error: big.h5: cannot write dataset"), std::string::npos)
+      << err.str();
+  EXPECT_NE(err.str().find("File too large"), std::string::npos) << err.str();
+  EXPECT_EQ(err.str().find("0x"), std::string::npos) << "an address in the message: " << err.str();
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = e.path().filename().string();
+    EXPECT_TRUE(name == "out.txt" || name == "err.txt") << "left behind: " << name;
+  }
+}
+
+}  // namespace
+}  // namespace deltacheck::golden
