@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cases/case.h"
+#include "cases/id_filter.h"
 #include "harness/backend.h"
 #include "harness/result.h"
 #include "harness/runner.h"
@@ -48,6 +49,8 @@ struct SelectedCases {
   int shard_index = 0, shard_count = 1;
 };
 SelectedCases select_sharded(const Selection& s);
+// --filter compiled (RE2); throws UsageError on a bad pattern.
+cases::IdFilter make_id_filter(const std::string& filter);
 // "a,b" "c" -> {a, b, c}
 std::vector<std::string> split_commas(const std::vector<std::string>& items);
 

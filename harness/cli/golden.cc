@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
-#include <regex>
 
 #include "cases/generator_version.h"
 #include "golden/fixtures.h"
@@ -49,14 +48,6 @@ double file_size(const std::string& path) {
   throw UsageError(file + ": " + problem);
 }
 
-std::regex make_filter(const std::string& filter) {
-  try {
-    return std::regex(filter.empty() ? "" : filter, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    throw UsageError("--filter '" + filter + "' is not a valid regex: " + e.what());
-  }
-}
-
 struct Selected {
   std::vector<size_t> index;  // positions in the file
   std::vector<cases::Case> cases;
@@ -68,7 +59,7 @@ Selected validate_in_process(FixtureReader& reader, const std::string& file,
                              const std::string& filter, bool need_expected, int64_t max_memory) {
   reader.set_max_bytes(max_memory);
   if (Status st = reader.open(file); !st.ok()) bad_file(file, st.message());
-  const std::regex re = make_filter(filter);
+  const cases::IdFilter re = make_id_filter(filter);
   Selected selected;
   for (size_t i = 0; i < reader.case_groups().size(); ++i) {
     StatusOr<FixtureCase> fc = reader.read(i);
@@ -76,7 +67,7 @@ Selected validate_in_process(FixtureReader& reader, const std::string& file,
     if (need_expected) {
       if (Status st = golden::check_stored(fc.value()); !st.ok()) bad_file(file, st.message());
     }
-    if (filter.empty() || std::regex_search(fc.value().c.id(), re)) {
+    if (filter.empty() || re.matches(fc.value().c.id())) {
       // Running it needs more than reading it (outputs, baseline, probes): refused up front.
       if (need_expected) {
         if (std::string why = harness::memory_refusal(fc.value().c, max_memory); !why.empty())

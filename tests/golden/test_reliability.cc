@@ -48,5 +48,40 @@ TEST(FullDisk, GoldenGenerateFailsWithOneCleanLineAndLeavesNothing) {
   }
 }
 
+// --- 9: user regexes in linear time (RE2) --------------------------------------------------
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The tool's exit code, killed after 30 s (124).
+int run_with_deadline(const std::string& args) {
+  const int status = std::system(("timeout -s KILL 30 " + std::string(DELTACHECK_BINARY_DIR) +
+                                  "/deltacheck " + args + " >/dev/null 2>&1")
+                                     .c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(UserRegex, PatternsThatBacktrackOrRecurseFinishInLinearTime) {
+  TempDir dir;
+  // std::regex overflowed its stack here (SIGSEGV) on a 60 kB id.
+  std::string id = "gdr(layout=packed[";
+  for (int i = 0; i < 15000; ++i) id += i ? ",1,2" : "1,2";
+  id += "],H=1,HV=1,K=1,V=1)";
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(run_with_deadline("list cases --case " + quote(id) + " --filter '^(.|,)*$'"), 0);
+  EXPECT_LT(seconds_since(t0), 10.0);
+  // ... and backtracked without bound here (minutes for the gate suite's ids).
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(run_with_deadline("list cases --suite gate --filter '(.*)*(.*)*(.*)*Z'"), 0);
+  EXPECT_LT(seconds_since(t0), 10.0);
+  // What RE2 cannot match in linear time is refused with one line.
+  const auto r = run_cli("run --filter '(gdr)\\1'", dir);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--filter '(gdr)\\1' is not a valid regex: invalid escape sequence"),
+            std::string::npos)
+      << r.err;
+}
+
 }  // namespace
 }  // namespace deltacheck::golden
