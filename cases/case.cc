@@ -90,8 +90,14 @@ std::string canonical_value(const ParamSpec& spec, const std::string& raw, const
   switch (spec.kind) {
     case ParamSpec::Kind::kInt: {
       int64_t v = 0;
-      if (!parse_int(raw, v))
+      if (!parse_int(raw, v)) {
+        // Digits that int64 cannot hold are a number out of range, not "not an integer".
+        const size_t digits = raw.find_first_not_of("0123456789", raw[0] == '-' ? 1 : 0);
+        if (digits == std::string::npos && raw.size() > (raw[0] == '-' ? 1u : 0u))
+          throw CaseIdError(where + ": " + excerpt(raw) + " is outside [" +
+                            std::to_string(spec.min) + ", " + std::to_string(spec.max) + "]");
         throw CaseIdError(where + ": '" + excerpt(raw) + "' is not an integer");
+      }
       if (v < spec.min || v > spec.max)
         throw CaseIdError(where + ": " + raw + " is outside [" + std::to_string(spec.min) + ", " +
                           std::to_string(spec.max) + "]");

@@ -1,10 +1,11 @@
 // The gdr operation: gated delta rule prefill. Schema, input generation and suite cases.
+#include "cases/gdr_case.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "cases/det_math.h"
-#include "cases/gdr_case.h"
 #include "cases/op.h"
 #include "cases/rng.h"
 #include "cases/suites.h"
@@ -60,8 +61,9 @@ OpSchema gdr_schema() {
                  "beta: sigmoid(N(0,1)) | 0 | 1 | 2 sigmoid(N(0,1))"),
           choice("keys", "norm", {"norm", "pos"}, "keys N(0,1) or |N(0,1)| (ill-conditioned)"),
           integer("l2", "1", 0, 1, "in-kernel L2 norm of q, k (else pre-normalized)"),
-          choice("state", "rand", {"none", "rand", "mixed"},
-                 "initial state: zeros | random | alternating zero and random"),
+          choice(
+              "state", "rand", {"none", "rand", "mixed"},
+              "initial state: none (zeros) | rand (random) | mixed (alternating zero and random)"),
           choice("cache", "prefill",
                  {"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec"},
                  "none: no state in or out | prefill: initial state in, final out | decode: one "
@@ -263,7 +265,8 @@ void gdr_suite(SuiteBuilder& b, Tier t) {
   }
   if (tier >= 1) {
     for (const auto& l : {"packed[1,2,15,16]", "single[129]", "packed[127,0,129]"})
-      for (const auto& calls : {"2", "5"}) add({{"layout", l}, {"cache", "chunked"}, {"calls", calls}});
+      for (const auto& calls : {"2", "5"})
+        add({{"layout", l}, {"cache", "chunked"}, {"calls", calls}});
     add({{"layout", "packed[1*40,2*30,3*20]"}, {"cache", "dynamic"}, {"calls", "4"}});
     add({{"layout", "packed[0,37,64]"}, {"cache", "dynamic"}, {"state", "mixed"}});
     add({{"layout", "packed[16,64,65]"}, {"cache", "pool"}, {"calls", "1"}});

@@ -50,7 +50,8 @@ OpSchema layer_schema() {
           integer("bias", "1", 0, 1, "conv bias"),
           choice("dtype", "fp32", {"fp32", "bf16", "fp16"}, "activations' dtype (weights fp32)"),
           choice("state", "rand", {"none", "rand", "mixed"},
-                 "initial recurrent and conv states: zeros | random | alternating"),
+                 "initial recurrent and conv states: none (zeros) | rand (random) | mixed "
+                 "(alternating)"),
           choice("cache", "prefill", {"none", "prefill", "decode", "chunked", "dynamic"},
                  "as for gdr; conv states are carried with recurrent states"),
           integer("calls", "3", 1, 64, "chunked: pieces per sequence; dynamic: decode steps"),
@@ -121,7 +122,8 @@ TensorMap generate_layer(const Case& c, const GenOptions& o) {
     dtb.set(h, static_cast<float>(w.uniform(3000000 + h, -1.0, 1.0)));
   }
   Tensor& nw = m.add(Tensor("norm_weight", DType::kF32, {d.V}));
-  for (int64_t i = 0; i < d.V; ++i) nw.set(i, static_cast<float>(1.0 + 0.1 * w.normal(4000000 + i)));
+  for (int64_t i = 0; i < d.V; ++i)
+    nw.set(i, static_cast<float>(1.0 + 0.1 * w.normal(4000000 + i)));
   if (d.L.has_cu_seqlens()) {
     const auto cu = d.L.cu_seqlens();
     Tensor& t = m.add(Tensor("cu_seqlens", DType::kI64, {static_cast<int64_t>(cu.size())}));
@@ -173,7 +175,8 @@ void layer_suite(SuiteBuilder& b, Tier t) {
   for (const auto& cache : {"none", "decode", "chunked", "dynamic"})
     for (const auto& dt : dtypes) {
       Params p{{"dtype", dt}, {"cache", cache}};
-      p.emplace_back("layout", cache == std::string("decode") ? "packed[1*6]" : "packed[3*5,100,0]");
+      p.emplace_back("layout",
+                     cache == std::string("decode") ? "packed[1*6]" : "packed[3*5,100,0]");
       if (cache == std::string("none")) p.emplace_back("state", "none");
       add(p);
     }

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -113,6 +114,26 @@ bool is_dump_file_name(const std::string& name) {
     if (!std::isdigit(static_cast<unsigned char>(name[i])) && (name[i] < 'a' || name[i] > 'f'))
       return false;
   return true;
+}
+
+Status find_dump(const std::string& report_folder, const std::string& dump, std::string* path) {
+  path->clear();
+  const std::string prefix = "failures/";
+  if (dump.compare(0, prefix.size(), prefix) != 0 || !is_dump_file_name(dump.substr(prefix.size())))
+    return Status::InvalidArgument("names dump '" + cases::printable_line(dump, 200) +
+                                   "', which is not a file in the report's failures/ folder");
+  std::error_code ec;
+  const fs::path src = fs::path(report_folder) / dump;
+  if (!fs::exists(src, ec)) return Status::Ok();
+  const fs::path root = fs::canonical(report_folder, ec);
+  const fs::path real = fs::canonical(src, ec);
+  const auto [end, rest] = std::mismatch(root.begin(), root.end(), real.begin(), real.end());
+  if (ec || end != root.end() || !fs::is_regular_file(real, ec))
+    return Status::InvalidArgument("dump '" + dump + "' resolves to " +
+                                   cases::printable_line(real.string(), 200) +
+                                   ", outside the report's folder");
+  *path = src.string();
+  return Status::Ok();
 }
 
 Status check_failures_folder(const std::string& dir) {

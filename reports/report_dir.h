@@ -46,6 +46,12 @@ class ReportDirWriter {
 // Whether `name` is a failure dump's file name as dump_file_name() makes them.
 bool is_dump_file_name(const std::string& name);
 
+// The file a report entry names as its failure dump (`dump`, e.g. "failures/<name>.h5"), for
+// `report merge`: it must be "failures/" and a dump_file_name(), and resolve (links followed) to a
+// regular file inside `report_folder`; anything else is InvalidArgument naming the problem. A
+// dump that does not exist is no error: `path` is left empty.
+Status find_dump(const std::string& report_folder, const std::string& dump, std::string* path);
+
 // OK when `dir`/failures is absent or a real folder of failure dumps only; otherwise the reason,
 // naming the link or the first file deltacheck did not write.
 Status check_failures_folder(const std::string& dir);

@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -37,22 +36,12 @@ fs::path folder_of(const std::string& in) {
 // own folder: "failures/<dump name>", resolving (links followed) to a regular file below the
 // report's folder. Anything else in a report.json is refused: a merge copies only dumps.
 std::optional<fs::path> dump_source(const std::string& in, const reports::Entry& e) {
-  const std::string prefix = "failures/";
-  if (e.dump.compare(0, prefix.size(), prefix) != 0 ||
-      !reports::is_dump_file_name(e.dump.substr(prefix.size())))
-    throw UsageError(
-        fmt::format("{}: the result of {} on {} names dump '{}', which is not a "
-                    "file in the report's failures/ folder",
-                    in, e.result.case_id, e.result.backend, e.dump));
-  std::error_code ec;
-  const fs::path src = folder_of(in) / e.dump;
-  if (!fs::exists(src, ec)) return std::nullopt;
-  const fs::path root = fs::canonical(folder_of(in), ec), real = fs::canonical(src, ec);
-  const auto [end, rest] = std::mismatch(root.begin(), root.end(), real.begin(), real.end());
-  if (ec || end != root.end() || !fs::is_regular_file(real, ec))
-    throw UsageError(fmt::format("{}: dump '{}' resolves to {}, outside the report's folder", in,
-                                 e.dump, real.string()));
-  return src;
+  std::string path;
+  if (Status st = reports::find_dump(folder_of(in).string(), e.dump, &path); !st.ok())
+    throw UsageError(fmt::format("{}: the result of {} on {} {}", in, e.result.case_id,
+                                 e.result.backend, st.message()));
+  if (path.empty()) return std::nullopt;
+  return fs::path(path);
 }
 
 // Where each entry's dump comes from (the first input that has it), checked before anything is

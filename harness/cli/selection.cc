@@ -50,8 +50,9 @@ namespace {
 std::pair<int, int> parse_shard(const std::string& index, const std::string& count,
                                 const std::string& what) {
   auto number = [&](const std::string& t) {
-    if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos)
+    if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos)
       throw UsageError(what + ": expected I/N with 0 <= I < N");
+    if (t.size() > 6) throw UsageError(what + ": at most 999999 shards (N <= 999999)");
     return std::stoi(t);
   };
   const int i = number(index), n = number(count);

@@ -496,5 +496,19 @@ TEST(ExternalMessages, ExitCodesAndStartFailuresSayWhatHappened) {
       << r.out.substr(0, 2000);
 }
 
+TEST(ListOps, EveryParameterShowsTheValuesAnIdAccepts) {
+  TempDir dir;
+  const auto r = run_cli("list ops", dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // state: the values ids take, not "zeros | random | ..." (which no id accepts).
+  EXPECT_NE(r.out.find("[none|rand|mixed]"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("zeros | random"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[0..4611686018427387904]"), std::string::npos) << r.out;
+  // Every listed choice is accepted by an id.
+  const auto ok =
+      run_cli("list cases --case 'gdr(state=mixed)' --case 'gdr(state=none,cache=none)'", dir);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
 }  // namespace
 }  // namespace deltacheck::golden
