@@ -142,13 +142,17 @@ harness::FailureCallback ResultSink::failure_hook() {
   return [this](const harness::PreparedCase& pc, const cases::TensorMap& outputs,
                 const harness::CaseResult& r) {
     State& st = *state_;
-    std::lock_guard<std::mutex> lock(st.mu);
-    if (st.dumps_started >= options_.max_dumps) {
-      ++st.dumps_skipped;
-      return;
+    {
+      std::lock_guard<std::mutex> lock(st.mu);
+      if (st.dumps_started >= options_.max_dumps) {
+        ++st.dumps_skipped;
+        return;
+      }
+      ++st.dumps_started;
     }
-    ++st.dumps_started;
-    st.pending.insert_or_assign({r.case_id, r.backend}, State::PendingDump{pc, outputs, r});
+    State::PendingDump copy{pc, outputs, r};  // outside the lock: other workers go on
+    std::lock_guard<std::mutex> lock(st.mu);
+    st.pending.insert_or_assign({r.case_id, r.backend}, std::move(copy));
   };
 }
 
