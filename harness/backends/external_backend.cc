@@ -1,14 +1,16 @@
 // Backend "external": an implementation outside this repository, run as a program once per case
 // (golden/README.md, "External programs"). For each case the inputs go to {in} in the fixture
 // format, in a fresh temporary folder; `--cmd 'PROGRAM {in} {out}'` runs through /bin/sh in its
-// own process group with a timeout; the program's outputs come back from {out}. Everything that
-// can go wrong on the program's side (non-zero exit, crash, timeout, missing or malformed
-// outputs) is a Status error naming the reason, so the case gets the verdict error.
+// own process group with a timeout, under a guard process that kills everything the program
+// started when the call ends or deltacheck dies (below, "the guard"); the program's outputs come
+// back from {out}. Everything that can go wrong on the program's side (non-zero exit, crash,
+// timeout, missing or malformed outputs) is a Status error naming the reason, so the case gets
+// the verdict error.
 //
 // Resource limits: the program's temporary files go to the case's folder (TMPDIR points there),
 // which is removed afterwards whatever the program did to it (and, at the next run, when a killed
-// deltacheck left it behind); no file it writes may exceed an output-size limit (RLIMIT_FSIZE),
-// and {out} must be a regular file within that limit before it is read.
+// deltacheck left it behind: its lock is free); no file it writes may exceed an output-size limit
+// (RLIMIT_FSIZE), and {out} must be a regular file within that limit before it is read.
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>

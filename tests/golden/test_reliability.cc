@@ -91,12 +91,13 @@ TEST(UserRegex, PatternsThatBacktrackOrRecurseFinishInLinearTime) {
 
 // --- 7: time linear in the number of sequences ---------------------------------------------
 
-TEST(ManySequences, AHundredThousandSequencesWithProbesRunInSeconds) {
-  // Quadratic before (layouts rebuilt per sequence): about 160 s here.
+TEST(ManySequences, SixtyThousandSequencesWithProbesRunInSeconds) {
+  // Quadratic before (layouts rebuilt per sequence): about 60 s here; 1.5 s after (more under a
+  // sanitizer).
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(
-      run_with_deadline("run -q --case 'gdr(layout=packed[1*100000],H=1,HV=1,K=4,V=4,seed=1)'"), 0);
-  EXPECT_LT(seconds_since(t0), 30.0);
+      run_with_deadline("run -q --case 'gdr(layout=packed[1*60000],H=1,HV=1,K=4,V=4,seed=1)'"), 0);
+  EXPECT_LT(seconds_since(t0), 20.0);
 }
 
 // --- 6, 8, 10: datasets stored outside the file, oversized chunks and shapes, filters -------
