@@ -1,8 +1,9 @@
 // Cases, suites and selections of the public API (include/deltacheck/case.h).
 #include "deltacheck/case.h"
 
-#include <regex>
 #include <stdexcept>
+
+#include "cases/id_filter.h"
 
 namespace deltacheck {
 
@@ -67,26 +68,13 @@ std::string Selection::describe() const {
   return s;
 }
 
-namespace {
-
-std::regex compile(const std::string& re, const char* what) {
-  try {
-    return std::regex(re, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    throw std::invalid_argument(std::string(what) + " '" + re +
-                                "' is not a valid regex: " + e.what());
-  }
-}
-
-}  // namespace
-
 std::vector<Case> select(const Selection& s) {
   if (s.shard_count() < 1 || s.shard_index() < 0 || s.shard_index() >= s.shard_count())
     throw std::invalid_argument("shard " + std::to_string(s.shard_index()) + "/" +
                                 std::to_string(s.shard_count()) + ": expected 0 <= I < N");
-  std::vector<std::regex> keep, drop;
-  for (const std::string& f : s.filters()) keep.push_back(compile(f, "filter"));
-  for (const std::string& e : s.excludes()) drop.push_back(compile(e, "exclude"));
+  std::vector<cases::IdFilter> keep, drop;
+  for (const std::string& f : s.filters()) keep.emplace_back(f, "filter");
+  for (const std::string& e : s.excludes()) drop.emplace_back(e, "exclude");
   std::vector<Case> all;
   if (!s.ids().empty()) {
     for (const std::string& id : s.ids()) all.push_back(Case::parse(id));
@@ -98,8 +86,8 @@ std::vector<Case> select(const Selection& s) {
   for (Case& c : all) {
     if (s.seed_override() >= 0) c = c.with("seed", std::to_string(s.seed_override()));
     bool selected = true;
-    for (const std::regex& re : keep) selected = selected && std::regex_search(c.id(), re);
-    for (const std::regex& re : drop) selected = selected && !std::regex_search(c.id(), re);
+    for (const cases::IdFilter& re : keep) selected = selected && re.matches(c.id());
+    for (const cases::IdFilter& re : drop) selected = selected && !re.matches(c.id());
     if (!selected) continue;
     if (static_cast<int>(index++ % static_cast<size_t>(s.shard_count())) == s.shard_index())
       out.push_back(std::move(c));

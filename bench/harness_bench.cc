@@ -101,6 +101,29 @@ void harness_shapes(benchmark::internal::Benchmark* b) {
   b->MeasureProcessCPUTime()->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
+// Many tiny sequences: the harness must stay O(sequences) (layouts are copied and parsed once
+// per sequence by the probes); a quadratic step shows as a 10x row costing 100x.
+void BM_many_sequences(benchmark::State& st) {
+  const int64_t n = st.range(0);
+  const harness::PreparedCase pc = harness::prepare(cases::Case::parse(
+      "gdr(layout=packed[1*" + std::to_string(n) + "],H=1,HV=1,K=4,V=4,dtype=fp32,seed=0)"));
+  std::unique_ptr<harness::Backend> cpu = harness::make_backend("cpu");
+  for (auto _ : st) {
+    const harness::CaseResult r = harness::run_case(pc, *cpu, /*probes=*/true);
+    if (r.verdict != harness::Verdict::kPass) st.SkipWithError(r.message.c_str());
+  }
+  st.SetItemsProcessed(st.iterations() * n);
+}
+
+BENCHMARK(BM_many_sequences)
+    ->Name("harness_sequences/run_case_with_probes")
+    ->ArgName("seqs")
+    ->Arg(1000)
+    ->Arg(10000)
+    ->Arg(100000)
+    ->MeasureProcessCPUTime()
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_prepare)->Name("harness_prefill/prepare")->Apply(harness_shapes)->Iterations(1);
 BENCHMARK(BM_kernel)->Name("harness_prefill/kernel")->Apply(harness_shapes);
 BENCHMARK(BM_run_case)->Name("harness_prefill/run_case")->Apply(harness_shapes);

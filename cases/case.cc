@@ -90,8 +90,14 @@ std::string canonical_value(const ParamSpec& spec, const std::string& raw, const
   switch (spec.kind) {
     case ParamSpec::Kind::kInt: {
       int64_t v = 0;
-      if (!parse_int(raw, v))
+      if (!parse_int(raw, v)) {
+        // Digits that int64 cannot hold are a number out of range, not "not an integer".
+        const size_t digits = raw.find_first_not_of("0123456789", raw[0] == '-' ? 1 : 0);
+        if (digits == std::string::npos && raw.size() > (raw[0] == '-' ? 1u : 0u))
+          throw CaseIdError(where + ": " + excerpt(raw) + " is outside [" +
+                            std::to_string(spec.min) + ", " + std::to_string(spec.max) + "]");
         throw CaseIdError(where + ": '" + excerpt(raw) + "' is not an integer");
+      }
       if (v < spec.min || v > spec.max)
         throw CaseIdError(where + ": " + raw + " is outside [" + std::to_string(spec.min) + ", " +
                           std::to_string(spec.max) + "]");
@@ -209,18 +215,6 @@ int64_t Layout::row_length() const {
   return total_tokens();
 }
 
-int64_t Layout::total_tokens() const {
-  int64_t t = 0;
-  for (int64_t l : lengths) t += l;
-  return t;
-}
-
-std::vector<int64_t> Layout::cu_seqlens() const {
-  std::vector<int64_t> cu{0};
-  for (int64_t l : lengths) cu.push_back(cu.back() + l);
-  return cu;
-}
-
 std::string Layout::str() const {
   switch (kind) {
     case Kind::kSingle:
@@ -248,7 +242,10 @@ std::string Layout::str() const {
   return "";
 }
 
-Layout Layout::parse(const std::string& text) {
+namespace {
+
+// The kind and the lengths of a layout; throws CaseIdError.
+std::vector<int64_t> parse_layout(const std::string& text, Layout::Kind& kind_out) {
   const std::string s = trim(text);
   const size_t open = s.find('[');
   const std::string where = "layout '" + excerpt(s) + "'";
@@ -256,24 +253,24 @@ Layout Layout::parse(const std::string& text) {
     throw CaseIdError(where + ": expected single[T], batch[BxT] or packed[l0,l1,...]");
   const std::string kind = s.substr(0, open), body = s.substr(open + 1, s.size() - open - 2);
   constexpr int64_t kMaxTokens = int64_t{1} << 31;
-  Layout L;
+  std::vector<int64_t> lengths;
   int64_t v = 0;
   if (kind == "single") {
-    L.kind = Kind::kSingle;
+    kind_out = Layout::Kind::kSingle;
     if (!parse_int(body, v) || v < 0 || v >= kMaxTokens)
       throw CaseIdError(where + ": length must be an integer in [0, 2^31)");
-    L.lengths = {v};
+    lengths = {v};
   } else if (kind == "batch") {
-    L.kind = Kind::kBatch;
+    kind_out = Layout::Kind::kBatch;
     const size_t x = body.find('x');
     int64_t b = 0;
     if (x == std::string::npos || !parse_int(body.substr(0, x), b) ||
         !parse_int(body.substr(x + 1), v) || b < 1 || b > 65536 || v < 0 || v >= kMaxTokens ||
         b * v >= kMaxTokens)
       throw CaseIdError(where + ": expected batch[BxT] with 1 <= B <= 65536, T >= 0, B*T < 2^31");
-    L.lengths.assign(static_cast<size_t>(b), v);
+    lengths.assign(static_cast<size_t>(b), v);
   } else if (kind == "packed") {
-    L.kind = Kind::kPacked;
+    kind_out = Layout::Kind::kPacked;
     constexpr int64_t kMaxSeqs = 1000000;
     int64_t total = 0;  // a running sum: a list of a million entries stays linear
     for (const std::string& part : split_top(body, s)) {
@@ -282,16 +279,42 @@ Layout Layout::parse(const std::string& text) {
       if (!parse_int(part.substr(0, star), v) || v < 0 ||
           (star != std::string::npos && (!parse_int(part.substr(star + 1), reps) || reps < 1)))
         throw CaseIdError(where + ": '" + excerpt(part) + "' is not a length or L*N");
-      if (reps > kMaxSeqs || static_cast<int64_t>(L.lengths.size()) + reps > kMaxSeqs)
+      if (reps > kMaxSeqs || static_cast<int64_t>(lengths.size()) + reps > kMaxSeqs)
         throw CaseIdError(where + ": more than " + std::to_string(kMaxSeqs) + " sequences");
       if (v >= kMaxTokens || (total += v * reps) >= kMaxTokens)
         throw CaseIdError(where + ": more than 2^31 tokens");
-      L.lengths.insert(L.lengths.end(), static_cast<size_t>(reps), v);
+      lengths.insert(lengths.end(), static_cast<size_t>(reps), v);
     }
-    if (L.lengths.empty()) throw CaseIdError(where + ": no sequences");
+    if (lengths.empty()) throw CaseIdError(where + ": no sequences");
   } else {
     throw CaseIdError(where + ": unknown layout kind '" + excerpt(kind) + "'");
   }
+  return lengths;
+}
+
+}  // namespace
+
+Layout Layout::with_lengths(std::vector<int64_t> lengths) const {
+  Layout out = *this;
+  std::vector<int64_t> cu(1, 0);
+  cu.reserve(lengths.size() + 1);
+  for (int64_t l : lengths) cu.push_back(cu.back() + l);
+  out.cu_ = std::make_shared<const std::vector<int64_t>>(std::move(cu));
+  out.lengths = SeqLengths(std::move(lengths));
+  return out;
+}
+
+Layout Layout::parse(const std::string& text) {
+  // The last few layouts parsed on this thread: the probes and the runner parse the same case's
+  // layout once per sequence, which must not cost O(sequences) each time.
+  constexpr size_t kRemembered = 4;
+  thread_local std::vector<std::pair<std::string, Layout>> recent;
+  for (const auto& [s, L] : recent)
+    if (s == text) return L;
+  Layout L;
+  L = L.with_lengths(parse_layout(text, L.kind));
+  if (recent.size() == kRemembered) recent.erase(recent.begin());
+  recent.emplace_back(text, L);
   return L;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -71,23 +72,52 @@ class Case {
   std::string id_;
 };
 
+// Read-only sequence lengths shared between copies: copying a Layout is O(1), whatever the
+// number of sequences (the probes copy the case's layout once per sequence).
+class SeqLengths {
+ public:
+  SeqLengths() : v_(std::make_shared<const std::vector<int64_t>>()) {}
+  explicit SeqLengths(std::vector<int64_t> v)
+      : v_(std::make_shared<const std::vector<int64_t>>(std::move(v))) {}
+  const int64_t& operator[](size_t i) const { return (*v_)[i]; }
+  const int64_t& at(size_t i) const { return v_->at(i); }
+  size_t size() const { return v_->size(); }
+  bool empty() const { return v_->empty(); }
+  std::vector<int64_t>::const_iterator begin() const { return v_->begin(); }
+  std::vector<int64_t>::const_iterator end() const { return v_->end(); }
+  operator const std::vector<int64_t>&() const { return *v_; }  // NOLINT: reads as the vector
+
+ private:
+  std::shared_ptr<const std::vector<int64_t>> v_;
+};
+
 // Packing layout of the token dimension.
 //   single[T]          one sequence, B = 1, no cu_seqlens
 //   batch[BxT]         B sequences of equal length T, no cu_seqlens
 //   packed[l0,l1,...]  B = 1, sequences of the given lengths packed with cu_seqlens;
 //                      "L*N" repeats length L N times, e.g. packed[3*50,700]
+// Every query and every copy is O(1) (offsets are computed once by parse(), which remembers the
+// last few layouts it parsed on each thread), so code that walks the sequences, copying or
+// parsing the layout per sequence, stays O(sequences) with a million of them.
 struct Layout {
   enum class Kind { kSingle, kBatch, kPacked };
   Kind kind = Kind::kSingle;
-  std::vector<int64_t> lengths;  // one entry per sequence
+  SeqLengths lengths;  // one entry per sequence
   int64_t batch() const { return kind == Kind::kBatch ? static_cast<int64_t>(lengths.size()) : 1; }
   int64_t row_length() const;  // T of the [B, T, ...] tensors
   int64_t num_seqs() const { return static_cast<int64_t>(lengths.size()); }
-  int64_t total_tokens() const;
+  int64_t total_tokens() const { return cu_seqlens().back(); }
   bool has_cu_seqlens() const { return kind == Kind::kPacked; }
-  std::vector<int64_t> cu_seqlens() const;    // token offsets of each sequence in the flat order
+  // Token offsets of each sequence in the flat order (num_seqs() + 1 entries).
+  const std::vector<int64_t>& cu_seqlens() const { return *cu_; }
   std::string str() const;                    // canonical form
   static Layout parse(const std::string& s);  // throws CaseIdError
+
+ private:
+  // This layout with other lengths (and their offsets).
+  Layout with_lengths(std::vector<int64_t> lengths) const;
+  std::shared_ptr<const std::vector<int64_t>> cu_ =
+      std::make_shared<const std::vector<int64_t>>(1, 0);
 };
 
 }  // namespace deltacheck::cases

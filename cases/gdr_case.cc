@@ -61,8 +61,9 @@ OpSchema gdr_schema() {
                  "beta: sigmoid(N(0,1)) | 0 | 1 | 2 sigmoid(N(0,1))"),
           choice("keys", "norm", {"norm", "pos"}, "keys N(0,1) or |N(0,1)| (ill-conditioned)"),
           integer("l2", "1", 0, 1, "in-kernel L2 norm of q, k (else pre-normalized)"),
-          choice("state", "rand", {"none", "rand", "mixed"},
-                 "initial state: zeros | random | alternating zero and random"),
+          choice(
+              "state", "rand", {"none", "rand", "mixed"},
+              "initial state: none (zeros) | rand (random) | mixed (alternating zero and random)"),
           choice("cache", "prefill",
                  {"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec"},
                  "none: no state in or out | prefill: initial state in, final out | decode: one "

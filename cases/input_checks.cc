@@ -89,24 +89,39 @@ Status check_state_slots(const std::vector<int64_t>& slots, int64_t rows) {
   return Status::Ok();
 }
 
-Status check_case_inputs(const Case& c, const TensorMap& inputs, bool same_generator) {
-  const TensorMap want = generate_inputs(c);
+namespace {
+
+std::string names_of(const TensorMap& want) {
   std::string names;
   for (const Tensor& w : want.all()) names += (names.empty() ? "" : ", ") + w.name();
+  return names;
+}
+
+}  // namespace
+
+Status check_input_spec(const TensorMap& want, const std::string& name, DType dtype,
+                        const std::vector<int64_t>& shape) {
+  const Tensor* w = want.find(name);
+  if (!w) return bad(name, "not an input of this case (it has " + names_of(want) + ")");
+  if (dtype != w->dtype())
+    return bad(name, std::string("dtype ") + dtype_name(dtype) + ", the case implies " +
+                         dtype_name(w->dtype()));
+  if (shape != w->shape())
+    return bad(name,
+               "shape " + shape_string(shape) + ", the case implies " + shape_string(w->shape()));
+  return Status::Ok();
+}
+
+Status check_case_inputs(const Case& c, const TensorMap& inputs, bool same_generator,
+                         const TensorMap* generated) {
+  const TensorMap own = generated ? TensorMap() : generate_inputs(c);
+  const TensorMap& want = generated ? *generated : own;
   // Names, dtypes and shapes first: every later rule (and every kernel) relies on them.
   for (const Tensor& t : inputs.all())
-    if (!want.has(t.name()))
-      return bad(t.name(), "not an input of this case (it has " + names + ")");
-  for (const Tensor& w : want.all()) {
-    const Tensor* t = inputs.find(w.name());
-    if (!t) return bad(w.name(), "missing (the case has " + names + ")");
-    if (t->dtype() != w.dtype())
-      return bad(w.name(), std::string("dtype ") + dtype_name(t->dtype()) + ", the case implies " +
-                               dtype_name(w.dtype()));
-    if (t->shape() != w.shape())
-      return bad(w.name(), "shape " + shape_string(t->shape()) + ", the case implies " +
-                               shape_string(w.shape()));
-  }
+    if (Status st = check_input_spec(want, t.name(), t.dtype(), t.shape()); !st.ok()) return st;
+  for (const Tensor& w : want.all())
+    if (!inputs.has(w.name()))
+      return bad(w.name(), "missing (the case has " + names_of(want) + ")");
   for (const Tensor& w : want.all()) {
     const Tensor& t = inputs.at(w.name());
     const std::string& name = w.name();

@@ -31,6 +31,13 @@ Status check_state_slots(const std::vector<int64_t>& slots, int64_t rows);
 // inputs (slots, position ids, masks) must equal the generated ones when the inputs were made by
 // this generator version (`same_generator`): the operation derives what it checks from the id.
 // Messages start with "inputs/<name>: ".
-Status check_case_inputs(const Case& c, const TensorMap& inputs, bool same_generator);
+// `want`: the case's generated inputs when the caller has them already (else generated here).
+Status check_case_inputs(const Case& c, const TensorMap& inputs, bool same_generator,
+                         const TensorMap* want = nullptr);
+
+// One stored input's name, dtype and shape against the generated inputs `want`, before its data
+// is read (the same messages as check_case_inputs).
+Status check_input_spec(const TensorMap& want, const std::string& name, DType dtype,
+                        const std::vector<int64_t>& shape);
 
 }  // namespace deltacheck::cases

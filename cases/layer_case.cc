@@ -50,7 +50,8 @@ OpSchema layer_schema() {
           integer("bias", "1", 0, 1, "conv bias"),
           choice("dtype", "fp32", {"fp32", "bf16", "fp16"}, "activations' dtype (weights fp32)"),
           choice("state", "rand", {"none", "rand", "mixed"},
-                 "initial recurrent and conv states: zeros | random | alternating"),
+                 "initial recurrent and conv states: none (zeros) | rand (random) | mixed "
+                 "(alternating)"),
           choice("cache", "prefill", {"none", "prefill", "decode", "chunked", "dynamic"},
                  "as for gdr; conv states are carried with recurrent states"),
           integer("calls", "3", 1, 64, "chunked: pieces per sequence; dynamic: decode steps"),

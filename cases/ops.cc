@@ -5,11 +5,8 @@ namespace deltacheck::cases {
 
 const std::vector<OpDefinition>& op_definitions() {
   static const std::vector<OpDefinition> ops{
-      gdr_definition(),
-      layer_definition(),
-      mask_definition(),
-      layers_definition(),
-      segments_definition(),
+      gdr_definition(),    layer_definition(),    mask_definition(),
+      layers_definition(), segments_definition(),
   };
   return ops;
 }

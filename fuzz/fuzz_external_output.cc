@@ -1,7 +1,9 @@
 // Fuzz target: the reader of an external program's outputs ({out}, golden/format.h): outputs of
 // every dtype and fixed shapes, as the runner allocates them, filled from a file written by a
-// fuzzed recipe (write_recipe below). Every file either fills them or is rejected with a Status:
-// no crash, no exception, no undefined behaviour.
+// fuzzed recipe (write_recipe below), with fuzzed storage (chunks, filters, compact, external raw
+// files, virtual datasets, soft and external links). Every file either fills them or is rejected
+// with a Status: no crash, no exception, no undefined behaviour, and never data from outside the
+// file.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <hdf5.h>
 #include <unistd.h>
@@ -42,10 +44,61 @@ const std::string& scratch_path() {
   return path;
 }
 
+// A raw file and another HDF5 file next to the scratch file: what external raw storage, virtual
+// datasets and external links in a fuzzed {out} point at (a candidate would point at
+// /proc/self/environ).
+const std::string& side_raw() {
+  static const std::string path = scratch_path() + ".raw";
+  return path;
+}
+
+// Creates dataset `name` with fuzzed storage: contiguous, chunked (fuzzed chunk shape, perhaps
+// compressed, perhaps with a filter this library lacks), compact, in an external raw file, or
+// virtual; or, through a link of that name, a soft link or an external link. Returns the
+// dataset (or -1) and sets `outside` when the data would come from outside the file.
+hid_t create_stored(FuzzedDataProvider& in, hid_t f, const std::string& name, hid_t type,
+                    hid_t space, const std::vector<hsize_t>& dims, bool* outside) {
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  const int storage = in.ConsumeIntegralInRange(0, 6);
+  std::string at = name;
+  if (storage == 1 && !dims.empty()) {
+    std::vector<hsize_t> chunk(dims.size());
+    for (hsize_t& c : chunk) c = in.ConsumeIntegralInRange<hsize_t>(1, 16);
+    std::vector<hsize_t> maxdims(dims.size(), H5S_UNLIMITED);
+    H5Sset_extent_simple(space, static_cast<int>(dims.size()), dims.data(), maxdims.data());
+    H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data());
+    if (in.ConsumeBool()) H5Pset_deflate(dcpl, 1);
+    if (in.ConsumeBool()) H5Pset_filter(dcpl, 32000, H5Z_FLAG_OPTIONAL, 0, nullptr);  // lzf
+  } else if (storage == 2) {
+    H5Pset_layout(dcpl, H5D_COMPACT);
+  } else if (storage == 3) {
+    H5Pset_external(dcpl, side_raw().c_str(), 0, H5F_UNLIMITED);
+    *outside = true;
+  } else if (storage == 4) {
+    hid_t src = H5Scopy(space);
+    H5Pset_virtual(dcpl, space, (scratch_path() + ".side.h5").c_str(), "x", src);
+    H5Sclose(src);
+    *outside = true;
+  } else if (storage >= 5) {  // the data under another name, reached through a link
+    at = name + ".target";
+  }
+  hid_t d = H5Dcreate2(f, at.c_str(), type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  H5Pclose(dcpl);
+  if (storage == 5) {
+    H5Lcreate_soft(at.c_str(), f, name.c_str(), H5P_DEFAULT, H5P_DEFAULT);
+  } else if (storage == 6) {
+    H5Lcreate_external((scratch_path() + ".side.h5").c_str(), "x", f, name.c_str(), H5P_DEFAULT,
+                       H5P_DEFAULT);
+    *outside = true;
+  }
+  return d;
+}
+
 // An {out} file as a recipe: datasets named like the outputs or not, of fuzzed HDF5 types
-// (including IEEE half, as h5py writes numpy float16), shapes, values and dtype attributes, and
-// perhaps an "unsupported" attribute. The file is valid HDF5: the reader's checks are fuzzed.
-void write_recipe(FuzzedDataProvider& in, const std::string& path) {
+// (including IEEE half, as h5py writes numpy float16), shapes, values, storage and dtype
+// attributes, and perhaps an "unsupported" attribute. The file is valid HDF5: the reader's checks
+// are fuzzed. Sets `outside` when an output's data would come from outside the file.
+void write_recipe(FuzzedDataProvider& in, const std::string& path, bool* outside) {
   const TensorMap want = expected_outputs();
   hid_t half = H5Tcopy(H5T_IEEE_F32LE);
   H5Tset_fields(half, 15, 10, 5, 0, 10);
@@ -76,7 +129,9 @@ void write_recipe(FuzzedDataProvider& in, const std::string& path) {
     bytes.resize(n * H5Tget_size(type));
     hid_t s = dims.empty() ? H5Screate(H5S_SCALAR)
                            : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
-    hid_t d = H5Dcreate2(f, name.c_str(), type, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    bool away = false;
+    hid_t d = create_stored(in, f, name, type, s, dims, &away);
+    *outside = *outside || (known && away);
     if (d >= 0 && !bytes.empty()) H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data());
     if (d >= 0 && in.ConsumeBool()) {
       hid_t t = H5Tcopy(H5T_C_S1);
@@ -114,13 +169,32 @@ void write_recipe(FuzzedDataProvider& in, const std::string& path) {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  // What outside storage points at: 4 kB of a secret, and an HDF5 file with a dataset "x".
+  std::FILE* raw = std::fopen(side_raw().c_str(), "wb");
+  for (int i = 0; raw && i < 4096; ++i) std::fputc("SECRET=token;"[i % 13], raw);
+  if (raw) std::fclose(raw);
+  const hsize_t n = 64;
+  hid_t f = H5Fcreate((scratch_path() + ".side.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT,
+                      H5P_DEFAULT);
+  hid_t s = H5Screate_simple(1, &n, nullptr);
+  H5Dclose(H5Dcreate2(f, "x", H5T_IEEE_F32LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  H5Sclose(s);
+  H5Fclose(f);
+  std::atexit([] {
+    std::remove(side_raw().c_str());
+    std::remove((scratch_path() + ".side.h5").c_str());
+  });
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
-  write_recipe(in, scratch_path());
+  bool outside = false;
+  write_recipe(in, scratch_path(), &outside);
   TensorMap outputs = expected_outputs();
-  (void)deltacheck::golden::read_output_file(scratch_path(), outputs);
+  const deltacheck::Status st = deltacheck::golden::read_output_file(scratch_path(), outputs);
+  // Data from outside the file (external raw files, virtual datasets, external links) is never
+  // accepted as an output (an "unsupported" answer reads no data).
+  if (st.ok() && outside) std::abort();
   return 0;
 }

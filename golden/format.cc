@@ -3,8 +3,10 @@
 // are read back in the order they were written.
 #include "golden/format.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,12 +14,15 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 #include "cases/fork_guard.h"
 #include "cases/generate.h"
 #include "cases/generator_version.h"
 #include "cases/input_checks.h"
+#include "cases/safe_text.h"
+#include "golden/hdf5.h"
 #include "golden/sha256.h"
 
 namespace deltacheck::golden {
@@ -25,66 +30,6 @@ namespace {
 
 using cases::DType;
 using cases::Tensor;
-
-// --- HDF5 plumbing ------------------------------------------------------------------------
-
-// An HDF5 identifier closed on scope exit.
-class Hid {
- public:
-  Hid() = default;
-  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  Hid(const Hid&) = delete;
-  Hid& operator=(const Hid&) = delete;
-  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
-  Hid& operator=(Hid&& o) noexcept {
-    if (this != &o) {
-      reset();
-      id_ = o.id_;
-      close_ = o.close_;
-      o.id_ = -1;
-    }
-    return *this;
-  }
-  ~Hid() { reset(); }
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-  // Closes now; false when closing failed (for a file: data may not have reached the disk).
-  bool reset() {
-    bool fine = true;
-    if (id_ >= 0 && close_) fine = close_(id_) >= 0;
-    id_ = -1;
-    return fine;
-  }
-
- private:
-  hid_t id_ = -1;
-  herr_t (*close_)(hid_t) = nullptr;
-};
-
-Hid file_h(hid_t id) { return Hid(id, H5Fclose); }
-Hid group_h(hid_t id) { return Hid(id, H5Gclose); }
-Hid dataset_h(hid_t id) { return Hid(id, H5Dclose); }
-Hid space_h(hid_t id) { return Hid(id, H5Sclose); }
-Hid type_h(hid_t id) { return Hid(id, H5Tclose); }
-Hid attr_h(hid_t id) { return Hid(id, H5Aclose); }
-Hid plist_h(hid_t id) { return Hid(id, H5Pclose); }
-
-// HDF5 prints its error stack to stderr by default; deltacheck reports its own one-line errors.
-// The setting is per thread in a thread-safe build, so every entry point calls this.
-void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
-
-herr_t innermost_error(unsigned n, const H5E_error2_t* e, void* out) {
-  if (e->desc && *e->desc) *static_cast<std::string*>(out) = e->desc;
-  return 0;
-}
-
-// The most specific message on the current HDF5 error stack ("" when empty); clears the stack.
-std::string hdf5_detail() {
-  std::string msg;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, innermost_error, &msg);
-  H5Eclear2(H5E_DEFAULT);
-  return msg.empty() ? "" : " (" + msg + ")";
-}
 
 Status invalid(const std::string& m) { return Status::InvalidArgument(m); }
 
@@ -155,13 +100,7 @@ bool is_ieee_half(hid_t type) {
 // --- attributes ---------------------------------------------------------------------------
 
 Status write_attr_string(hid_t obj, const char* name, const std::string& value) {
-  Hid type = type_h(H5Tcopy(H5T_C_S1));
-  H5Tset_size(type.get(), H5T_VARIABLE);
-  H5Tset_cset(type.get(), H5T_CSET_UTF8);
-  Hid space = space_h(H5Screate(H5S_SCALAR));
-  Hid a = attr_h(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
-  const char* p = value.c_str();
-  if (!a.ok() || H5Awrite(a.get(), type.get(), &p) < 0)
+  if (!write_string_attr(obj, name, value))
     return Status::Internal(std::string("cannot write attribute '") + name + "'" + hdf5_detail());
   return Status::Ok();
 }
@@ -372,9 +311,13 @@ StatusOr<std::vector<std::string>> list_links(hid_t g, const std::string& where)
   return names;
 }
 
+Status require_hard_link(hid_t parent, const std::string& name, const std::string& where);
+
 StatusOr<Hid> open_group(hid_t parent, const std::string& name, const std::string& where) {
   if (H5Lexists(parent, name.c_str(), H5P_DEFAULT) <= 0)
     return invalid(where + ": group '" + name + "' missing");
+  if (Status st = require_hard_link(parent, name, where + ": group '" + name + "'"); !st.ok())
+    return st;
   Hid g = group_h(H5Gopen2(parent, name.c_str(), H5P_DEFAULT));
   if (!g.ok()) return invalid(where + ": '" + name + "' is not a readable group" + hdf5_detail());
   return g;
@@ -406,8 +349,108 @@ struct Budget {
   }
 };
 
+// The link `name` in `parent` must be a hard link: a soft or external link could lead outside
+// the file (another file, /proc), and only what the file itself holds is read.
+Status require_hard_link(hid_t parent, const std::string& name, const std::string& where) {
+  H5L_info_t info;
+  if (H5Lget_info(parent, name.c_str(), &info, H5P_DEFAULT) < 0)
+    return invalid(where + ": unreadable link" + hdf5_detail());
+  if (info.type == H5L_TYPE_HARD) return Status::Ok();
+  return invalid(
+      where +
+      (info.type == H5L_TYPE_EXTERNAL ? ": an external link (to another file)" : ": a soft link") +
+      ": only datasets and groups stored in the file itself are read");
+}
+
+// The name and id of an HDF5 filter in a dataset's pipeline, e.g. "'lzf' (filter 32000)".
+std::string filter_text(H5Z_filter_t id, const char* name) {
+  std::string n = cases::printable_line(name, 60);
+  return (n.empty() ? std::string() : "'" + n + "' ") + "(filter " + std::to_string(id) + ")";
+}
+
+// The first filter of the pipeline this library cannot decode ("" when none); `mandatory_only`
+// skips optional ones (HDF5 skips those where the writer did).
+std::string missing_filter(hid_t dcpl, bool mandatory_only) {
+  const int n = H5Pget_nfilters(dcpl);
+  for (int i = 0; i < n; ++i) {
+    unsigned flags = 0, config = 0;
+    size_t nvalues = 0;
+    char name[64] = {};
+    const H5Z_filter_t id = H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &nvalues,
+                                           nullptr, sizeof name, name, &config);
+    if (id < 0) return "an unreadable filter";
+    if (mandatory_only && (flags & H5Z_FLAG_OPTIONAL)) continue;
+    if (H5Zfilter_avail(id) <= 0) return filter_text(id, name);
+  }
+  return "";
+}
+
+// How a dataset is stored, checked before a byte of it is read: contiguous or chunked in the file
+// itself (not virtual, not in external raw files, which could be anything: /proc/self/environ),
+// with filters this library can decode, and chunks that fit: a chunk is decompressed whole, so its
+// size (and the chunk cache) is memory too. `max_chunk` bounds one chunk's bytes.
+Status check_storage(hid_t d, const std::string& where, size_t elem, uint64_t max_chunk,
+                     uint64_t* chunk_bytes) {
+  Hid dcpl = plist_h(H5Dget_create_plist(d));
+  if (!dcpl.ok()) return invalid(where + ": unreadable storage properties" + hdf5_detail());
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout == H5D_VIRTUAL)
+    return invalid(where +
+                   ": a virtual dataset (its data lives in other files): only data "
+                   "stored in the file itself is read");
+  if (layout != H5D_CONTIGUOUS && layout != H5D_CHUNKED)
+    return invalid(where + ": stored " +
+                   (layout == H5D_COMPACT ? "compact" : "in an unknown layout") +
+                   ": only contiguous or chunked datasets are read");
+  if (H5Pget_external_count(dcpl.get()) != 0)
+    return invalid(where +
+                   ": its data is in external files: only data stored in the file itself "
+                   "is read");
+  *chunk_bytes = 0;
+  if (layout == H5D_CHUNKED) {
+    hsize_t dims[32] = {};
+    const int rank = H5Pget_chunk(dcpl.get(), 32, dims);
+    if (rank < 0) return invalid(where + ": unreadable chunk shape" + hdf5_detail());
+    uint64_t bytes = elem;
+    for (int i = 0; i < rank; ++i) {
+      if (dims[i] > 0 && bytes > (uint64_t{1} << 40) / dims[i])
+        return invalid(where + ": implausible chunk shape");
+      bytes *= dims[i];
+    }
+    if (bytes > max_chunk)
+      return invalid(where + ": chunks of " + size_text(static_cast<double>(bytes)) +
+                     " each, more than the " + size_text(static_cast<double>(max_chunk)) +
+                     " it may take (a chunk is read whole)");
+    *chunk_bytes = bytes;
+    if (const std::string f = missing_filter(dcpl.get(), true); !f.empty())
+      return invalid(
+          where + ": compressed with " + f +
+          ", which this HDF5 library cannot decode (write it with gzip or uncompressed)");
+  }
+  return Status::Ok();
+}
+
+// The reason a read failed: an unavailable (optional) filter, or what HDF5 says.
+std::string read_failure(hid_t d) {
+  const std::string detail = hdf5_detail();
+  Hid dcpl = plist_h(H5Dget_create_plist(d));
+  if (dcpl.ok())
+    if (const std::string f = missing_filter(dcpl.get(), false); !f.empty())
+      return "compressed with " + f +
+             ", which this HDF5 library cannot decode (write it with gzip or uncompressed)";
+  return "data unreadable (truncated or corrupted file)" + detail;
+}
+
+// HDF5's chunk cache per open dataset (H5Pset_chunk_cache's default): memory while reading.
+constexpr uint64_t kChunkCacheBytes = uint64_t{1} << 20;
+
+// What a stored dataset must be (dtype, shape), checked before it is read; the error when not.
+using SpecCheck = std::function<Status(cases::DType dtype, const std::vector<int64_t>& shape)>;
+
 StatusOr<Tensor> read_checked_dataset(hid_t group, const std::string& name,
-                                      const std::string& where, DatasetInfo* info, Budget* budget) {
+                                      const std::string& where, DatasetInfo* info, Budget* budget,
+                                      const SpecCheck& check_spec) {
+  if (Status st = require_hard_link(group, name, where); !st.ok()) return st;
   Hid d = dataset_h(H5Dopen2(group, name.c_str(), H5P_DEFAULT));
   if (!d.ok()) return invalid(where + ": not a readable dataset" + hdf5_detail());
   StatusOr<std::string> dtype_name = read_attr_string(d.get(), where, "dtype");
@@ -425,6 +468,21 @@ StatusOr<Tensor> read_checked_dataset(hid_t group, const std::string& name,
   int64_t bytes = cases::dtype_size(*dtype);
   for (int64_t x : shape.value()) bytes *= x;  // below 2^40: dataset_shape() refuses more
   if (Status st = budget->take(where, bytes); !st.ok()) return st;
+  // Name, dtype and shape against the case before anything is allocated or read: a file that
+  // claims 2 GiB for a 1 kB input is refused in microseconds.
+  if (check_spec)
+    if (Status st = check_spec(*dtype, shape.value()); !st.ok()) return st;
+  uint64_t chunk = 0;
+  // A chunk larger than the data and 64 MiB is never needed; smaller ones count against the limit.
+  const uint64_t max_chunk = std::max<uint64_t>(static_cast<uint64_t>(bytes), uint64_t{64} << 20);
+  if (Status st = check_storage(d.get(), where, storage_of(*dtype).size, max_chunk, &chunk);
+      !st.ok())
+    return st;
+  if (chunk > 0)
+    if (Status st = budget->take(where + " (one chunk and the chunk cache)",
+                                 static_cast<int64_t>(chunk + kChunkCacheBytes));
+        !st.ok())
+      return st;
   Tensor t(name, *dtype, shape.value());
   if (t.nbytes() > 0) {
     // Contiguous data must be all there: a truncated or unwritten dataset is an error, not zeros.
@@ -433,7 +491,7 @@ StatusOr<Tensor> read_checked_dataset(hid_t group, const std::string& name,
         H5Dget_storage_size(d.get()) != t.nbytes())
       return invalid(where + ": data missing or truncated");
     if (H5Dread(d.get(), storage_of(*dtype).mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data()) < 0)
-      return invalid(where + ": data unreadable (truncated or corrupted file)" + hdf5_detail());
+      return invalid(where + ": " + read_failure(d.get()));
   }
   const std::string actual = sha256_hex(t.data(), t.nbytes());
   if (actual != sha.value())
@@ -490,14 +548,40 @@ struct FixtureWriter::Impl {
   std::string path, temp;
   Hid file;
   bool committed = false;
+  int lock_fd = -1;  // the temporary file, locked while this writer lives
 
   ~Impl() {
     if (!committed && !temp.empty()) {
       file.reset();
       std::remove(temp.c_str());
     }
+    if (lock_fd >= 0) ::close(lock_fd);
   }
 };
+
+namespace {
+
+// Temporary files "<prefix>XXXXXX" in `dir` whose writer died (their lock is free).
+void remove_dead_temporaries(const std::string& dir, const std::string& prefix) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) return;
+  std::vector<std::string> dead;
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string p = dir + "/" + name;
+    const int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) continue;
+    struct stat st;
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0)
+      dead.push_back(p);
+    ::close(fd);
+  }
+  closedir(d);
+  for (const std::string& p : dead) ::unlink(p.c_str());
+}
+
+}  // namespace
 
 FixtureWriter::FixtureWriter() : impl_(std::make_unique<Impl>()) {}
 FixtureWriter::~FixtureWriter() {
@@ -518,6 +602,16 @@ Status FixtureWriter::open(const std::string& path, const FileInfo& info) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     return invalid("folder " + dir + " does not exist");
+  // The destination is replaced by rename: only a regular file (or nothing) may be there, never
+  // a FIFO, a device or a symbolic link (the link would be replaced, not its target).
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    return invalid(std::string("is ") +
+                   (S_ISLNK(st.st_mode)    ? "a symbolic link"
+                    : S_ISFIFO(st.st_mode) ? "a FIFO"
+                    : S_ISDIR(st.st_mode)  ? "a folder"
+                                           : "not a regular file") +
+                   ": deltacheck writes fixtures to a new or a regular file only");
+  remove_dead_temporaries(slash == std::string::npos ? "." : dir, "." + base + ".tmp-");
   // A hidden temporary file in the destination's folder, so the final rename() is atomic.
   std::string tmpl = (slash == std::string::npos ? "" : dir) + "." + base + ".tmp-XXXXXX";
   const int fd = mkstemp(tmpl.data());
@@ -527,12 +621,17 @@ Status FixtureWriter::open(const std::string& path, const FileInfo& info) {
   const mode_t mask = ::umask(0);
   ::umask(mask);
   ::fchmod(fd, 0666 & ~mask);
-  ::close(fd);
+  // Held until the file is renamed or removed: a temporary file whose lock is free belongs to a
+  // writer that died, and the next writer of that destination removes it.
+  ::flock(fd, LOCK_EX | LOCK_NB);
+  impl_->lock_fd = fd;
   impl_->temp = tmpl;
   Hid fcpl = plist_h(H5Pcreate(H5P_FILE_CREATE));
   H5Pset_obj_track_times(fcpl.get(), false);
   H5Pset_link_creation_order(fcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
   Hid fapl = file_access_plist();
+  // HDF5's own flock on the file would conflict with ours (flock locks are per open file).
+  H5Pset_file_locking(fapl.get(), false, true);
   impl_->file = file_h(H5Fcreate(tmpl.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
   if (!impl_->file.ok()) return invalid("cannot create an HDF5 file" + hdf5_detail());
   const hid_t f = impl_->file.get();
@@ -630,6 +729,8 @@ Status FixtureWriter::commit() {
                    std::strerror(errno));
   impl_->committed = true;
   impl_->temp.clear();
+  ::close(impl_->lock_fd);  // the file is in place: nothing to protect any more
+  impl_->lock_fd = -1;
   return Status::Ok();
 }
 
@@ -742,30 +843,50 @@ StatusOr<FixtureCase> FixtureReader::read(size_t index) const {
     if (std::find(input_names.value().begin(), input_names.value().end(), n) ==
         input_names.value().end())
       return invalid(where + ": inputs/" + n + " missing");
-  if (listed.value() != input_names.value())
-    return invalid(where + ": inputs differ from the input_names attribute");
-  for (const std::string& n : input_names.value()) {
-    DatasetInfo info;
-    StatusOr<Tensor> t =
-        read_checked_dataset(inputs.value().get(), n, where + " inputs/" + n, &info, &budget);
-    if (!t.ok()) return t.status();
-    info.role = "inputs";
-    fc.datasets.push_back(std::move(info));
-    fc.inputs.add(t.take());
+  if (listed.value() != input_names.value()) {
+    auto join = [](const std::vector<std::string>& v) {
+      std::string out;
+      for (const std::string& x : v)
+        out += (out.empty() ? "" : ", ") + cases::printable_line(x, 60);
+      return out;
+    };
+    return invalid(where + ": the inputs are stored in the order " + join(input_names.value()) +
+                   ", the input_names attribute lists " + join(listed.value()) +
+                   " (a fixture keeps the generator's order: regenerate it with deltacheck golden "
+                   "generate)");
   }
   // The stored inputs must be the problem the id describes before anything reads them; checking
-  // regenerates the case's inputs (their shapes, and the values fixed by the id).
+  // regenerates the case's inputs (their names, dtypes and shapes, checked before each dataset
+  // is read, and the values fixed by the id).
+  cases::TensorMap want;
   try {
     if (Status st = budget.take(where + " (inputs regenerated to check them)",
                                 cases::estimate_input_bytes(*c));
         !st.ok())
       return st;
+    want = cases::generate_inputs(*c);
+  } catch (const std::exception& e) {
+    return invalid(where + ": cannot regenerate its inputs to check them: " + e.what());
+  }
+  for (const std::string& n : input_names.value()) {
+    DatasetInfo info;
+    const auto spec = [&](DType dtype, const std::vector<int64_t>& shape) {
+      return cases::check_input_spec(want, n, dtype, shape);
+    };
+    StatusOr<Tensor> t =
+        read_checked_dataset(inputs.value().get(), n, where + " inputs/" + n, &info, &budget, spec);
+    if (!t.ok()) return t.status();
+    info.role = "inputs";
+    fc.datasets.push_back(std::move(info));
+    fc.inputs.add(t.take());
+  }
+  try {
     if (Status st =
-            cases::check_case_inputs(*c, fc.inputs, gen.value() == cases::kGeneratorVersion);
+            cases::check_case_inputs(*c, fc.inputs, gen.value() == cases::kGeneratorVersion, &want);
         !st.ok())
       return invalid(where + ": " + st.message());
   } catch (const std::exception& e) {
-    return invalid(where + ": cannot regenerate its inputs to check them: " + e.what());
+    return invalid(where + ": cannot check its inputs: " + e.what());
   }
 
   StatusOr<Hid> outputs = open_group(gid, "outputs", where);
@@ -794,12 +915,16 @@ StatusOr<FixtureCase> FixtureReader::read(size_t index) const {
       if (H5Lexists(expected.value().get(), s.name.c_str(), H5P_DEFAULT) <= 0)
         return invalid(w + ": dataset missing");
       DatasetInfo info;
-      StatusOr<Tensor> t = read_checked_dataset(expected.value().get(), s.name, w, &info, &budget);
+      const auto spec = [&](DType dtype, const std::vector<int64_t>& shape) {
+        if (dtype != DType::kF64) return invalid(w + ": not fp64");
+        if (shape != s.shape)
+          return invalid(w + ": shape " + shape_str(shape) + " differs from output " +
+                         shape_str(s.shape));
+        return Status::Ok();
+      };
+      StatusOr<Tensor> t =
+          read_checked_dataset(expected.value().get(), s.name, w, &info, &budget, spec);
       if (!t.ok()) return t.status();
-      if (t.value().dtype() != DType::kF64) return invalid(w + ": not fp64");
-      if (t.value().shape() != s.shape)
-        return invalid(w + ": shape " + shape_str(t.value().shape()) + " differs from output " +
-                       shape_str(s.shape));
       info.role = "expected";
       fc.datasets.push_back(std::move(info));
       const double* p = t.value().as<double>();
@@ -840,17 +965,21 @@ Status read_output_file(const std::string& path, cases::TensorMap& outputs) {
   const hid_t f = file.get();
   if (H5Aexists(f, "unsupported") > 0) {
     StatusOr<std::string> why = read_attr_string(f, "{out}", "unsupported");
-    return Status::Unsupported(why.ok() ? why.value() : "declined by the program");
+    // The program's own words, bound for reports and the console.
+    return Status::Unsupported(why.ok() ? cases::printable_line(why.value(), 1000)
+                                        : "declined by the program");
   }
   for (Tensor& t : outputs.all()) {
     const std::string where = "output '" + t.name() + "'";
     if (H5Lexists(f, t.name().c_str(), H5P_DEFAULT) <= 0) {
       std::string found;
       if (StatusOr<std::vector<std::string>> names = list_links(f, "{out}"); names.ok())
-        for (const std::string& n : names.value()) found += (found.empty() ? "" : ", ") + n;
+        for (const std::string& n : names.value())
+          found += (found.empty() ? "" : ", ") + cases::printable_line(n, 200);
       return invalid(where + " missing from {out} (found: " + (found.empty() ? "nothing" : found) +
                      ")");
     }
+    if (Status st = require_hard_link(f, t.name(), where + " in {out}"); !st.ok()) return st;
     Hid d = dataset_h(H5Dopen2(f, t.name().c_str(), H5P_DEFAULT));
     if (!d.ok()) return invalid(where + " in {out} is not a readable dataset" + hdf5_detail());
     Hid type = type_h(H5Dget_type(d.get()));
@@ -877,10 +1006,17 @@ Status read_output_file(const std::string& path, cases::TensorMap& outputs) {
     if (shape.value() != t.shape())
       return invalid(where + ": shape " + shape_str(shape.value()) + ", expected " +
                      shape_str(t.shape()));
+    // The program's file is as untrusted as the program: only data stored in it, in chunks no
+    // larger than the output needs (and 64 MiB).
+    uint64_t chunk = 0;
+    if (Status st = check_storage(d.get(), where, storage_of(t.dtype()).size,
+                                  std::max<uint64_t>(t.nbytes(), uint64_t{64} << 20), &chunk);
+        !st.ok())
+      return st;
     if (t.nbytes() > 0) {
       const hid_t mem = native_half ? type.get() : storage_of(t.dtype()).mem_type;
       if (H5Dread(d.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data()) < 0)
-        return invalid(where + ": data unreadable" + hdf5_detail());
+        return invalid(where + ": " + read_failure(d.get()));
     }
   }
   return Status::Ok();

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "cases/safe_text.h"
 #include "reports/report_text.h"
 
 namespace deltacheck::reports {
@@ -38,6 +39,9 @@ std::string verdict_cell(Verdict v, const ConsoleOptions& o) {
 }  // namespace
 
 std::string format_result_line(const harness::CaseResult& r, const ConsoleOptions& o) {
+  // Messages, probe details and names can come from a candidate: printed as one line each, with
+  // control characters escaped, so they cannot fake a line of their own (or recolour one).
+  using cases::printable_line;
   std::string metric;
   int64_t mismatches = 0, compared = 0;
   bool exact = false;
@@ -53,9 +57,11 @@ std::string format_result_line(const harness::CaseResult& r, const ConsoleOption
   const std::string backend = r.precision.empty() || r.precision == "fp32"
                                   ? r.backend
                                   : r.backend + "[" + r.precision + "]";
-  std::string line = fmt::format("{} {:<28} {:<38} {:>5} {}\n", verdict_cell(r.verdict, o), backend,
-                                 metric, margin, r.case_id);
-  for (const std::string& reason : reason_lines(r)) line += fmt::format("{:12}{}\n", "", reason);
+  std::string line =
+      fmt::format("{} {:<28} {:<38} {:>5} {}\n", verdict_cell(r.verdict, o),
+                  printable_line(backend), metric, margin, printable_line(r.case_id));
+  for (const std::string& reason : reason_lines(r))
+    line += fmt::format("{:12}{}\n", "", printable_line(reason, 1 << 16));
   return line;
 }
 

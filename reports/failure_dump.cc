@@ -13,7 +13,9 @@
 
 #include "cases/fork_guard.h"
 #include "cases/generator_version.h"
+#include "cases/safe_text.h"
 #include "golden/format.h"
+#include "golden/hdf5.h"
 #include "harness/tolerance.h"
 #include "reports/report.h"
 
@@ -25,37 +27,26 @@ std::mutex& hdf5_mutex() {
   return mu;
 }
 
-// Closes an HDF5 identifier on scope exit.
-struct Closer {
-  hid_t id;
-  herr_t (*close)(hid_t);
-  ~Closer() {
-    if (id >= 0) close(id);
-  }
-};
-
-// Variable-length UTF-8 strings, as the fixture format writes them (h5py reads them as str).
-hid_t string_type() {
-  const hid_t t = H5Tcopy(H5T_C_S1);
-  H5Tset_size(t, H5T_VARIABLE);
-  H5Tset_cset(t, H5T_CSET_UTF8);
-  return t;
-}
+using golden::Hid;
 
 Status write_string_attr(hid_t obj, const char* name, const std::string& value) {
-  Closer type{string_type(), H5Tclose};
-  Closer space{H5Screate(H5S_SCALAR), H5Sclose};
-  Closer attr{H5Acreate2(obj, name, type.id, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
-  const char* p = value.c_str();
-  if (attr.id < 0 || H5Awrite(attr.id, type.id, &p) < 0)
-    return Status::Internal(std::string("cannot write attribute ") + name);
+  if (!golden::write_string_attr(obj, name, value))
+    return Status::Internal(std::string("cannot write attribute ") + name + golden::hdf5_detail());
   return Status::Ok();
+}
+
+// The variable-length string type the dump's attributes are read with.
+Hid string_type() {
+  Hid t = golden::type_h(H5Tcopy(H5T_C_S1));
+  H5Tset_size(t.get(), H5T_VARIABLE);
+  H5Tset_cset(t.get(), H5T_CSET_UTF8);
+  return t;
 }
 
 Status write_values(hid_t parent, const char* group, const harness::Values& values,
                     const std::vector<harness::OutputSpec>& specs) {
-  Closer g{H5Gcreate2(parent, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose};
-  if (g.id < 0) return Status::Internal(std::string("cannot create group ") + group);
+  Hid g = golden::group_h(H5Gcreate2(parent, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  if (g.get() < 0) return Status::Internal(std::string("cannot create group ") + group);
   for (const harness::OutputSpec& s : specs) {
     const auto it = values.find(s.name);
     if (it == values.end()) continue;
@@ -65,10 +56,11 @@ Status write_values(hid_t parent, const char* group, const harness::Values& valu
     if (numel != it->second.size())
       return Status::Internal(fmt::format("{}/{}: {} values for shape {}", group, s.name,
                                           it->second.size(), cases::shape_string(s.shape)));
-    Closer space{H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose};
+    Hid space =
+        golden::space_h(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
     // float64 holding fp32 or 16-bit values has long runs of zero bits: shuffle + deflate
     // roughly halves the file.
-    Closer dcpl{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
+    Hid dcpl = golden::plist_h(H5Pcreate(H5P_DATASET_CREATE));
     if (numel > 0 && H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) {
       std::vector<hsize_t> chunk(dims);
       hsize_t chunk_numel = numel;
@@ -77,17 +69,17 @@ Status write_values(hid_t parent, const char* group, const harness::Values& valu
         chunk[d] = std::max<hsize_t>(1, (1u << 16) / std::max<hsize_t>(1, chunk_numel));
         chunk_numel *= chunk[d];
       }
-      H5Pset_chunk(dcpl.id, static_cast<int>(chunk.size()), chunk.data());
-      H5Pset_shuffle(dcpl.id);
-      H5Pset_deflate(dcpl.id, 4);
+      H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+      H5Pset_shuffle(dcpl.get());
+      H5Pset_deflate(dcpl.get(), 4);
     }
-    Closer ds{H5Dcreate2(g.id, s.name.c_str(), H5T_IEEE_F64LE, space.id, H5P_DEFAULT, dcpl.id,
-                         H5P_DEFAULT),
-              H5Dclose};
-    if (ds.id < 0 ||
-        H5Dwrite(ds.id, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, it->second.data()) < 0)
-      return Status::Internal(fmt::format("cannot write {}/{}", group, s.name));
-    if (Status st = write_string_attr(ds.id, "dtype", cases::dtype_name(s.dtype)); !st.ok())
+    Hid ds = golden::dataset_h(H5Dcreate2(g.get(), s.name.c_str(), H5T_IEEE_F64LE, space.get(),
+                                          H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+    if (ds.get() < 0 ||
+        H5Dwrite(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, it->second.data()) < 0)
+      return Status::Internal(
+          fmt::format("cannot write {}/{}{}", group, s.name, golden::hdf5_detail()));
+    if (Status st = write_string_attr(ds.get(), "dtype", cases::dtype_name(s.dtype)); !st.ok())
       return st;
   }
   return Status::Ok();
@@ -96,24 +88,22 @@ Status write_values(hid_t parent, const char* group, const harness::Values& valu
 Status add_failure(const std::string& file, const harness::PreparedCase& pc,
                    const cases::TensorMap& outputs, const harness::CaseResult& r,
                    const std::string& rerun) {
-  Closer f{H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose};
-  if (f.id < 0) return Status::Internal("cannot reopen " + file);
-  Closer g{H5Gopen2(f.id, golden::escape_case_id(pc.c.id()).c_str(), H5P_DEFAULT), H5Gclose};
-  if (g.id < 0) return Status::Internal("the case group is missing in " + file);
+  Hid f = golden::file_h(H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+  if (f.get() < 0) return Status::Internal("cannot reopen " + file);
+  Hid g =
+      golden::group_h(H5Gopen2(f.get(), golden::escape_case_id(pc.c.id()).c_str(), H5P_DEFAULT));
+  if (g.get() < 0) return Status::Internal("the case group is missing in " + file);
   harness::Values actual;
   for (const cases::Tensor& t : outputs.all()) actual[t.name()] = t.to_double();
-  for (Status st :
-       {write_values(g.id, "actual", actual, pc.outputs),
-        write_values(g.id, "baseline", harness::worst_baseline(pc), pc.outputs),
-        write_string_attr(g.id, "backend", r.backend),
-        write_string_attr(g.id, "verdict", harness::verdict_name(r.verdict)),
-        write_string_attr(g.id, "message", r.message), write_string_attr(g.id, "rerun", rerun)})
+  for (Status st : {write_values(g.get(), "actual", actual, pc.outputs),
+                    write_values(g.get(), "baseline", harness::worst_baseline(pc), pc.outputs),
+                    write_string_attr(g.get(), "backend", r.backend),
+                    write_string_attr(g.get(), "verdict", harness::verdict_name(r.verdict)),
+                    write_string_attr(g.get(), "message", r.message),
+                    write_string_attr(g.get(), "rerun", rerun)})
     if (!st.ok()) return st;
-  if (H5Fclose(f.id) < 0) {
-    f.id = -1;
-    return Status::Internal("cannot finish writing " + file);
-  }
-  f.id = -1;
+  g.reset();
+  if (!f.reset()) return Status::Internal("cannot finish writing " + file + golden::hdf5_detail());
   return Status::Ok();
 }
 
@@ -136,7 +126,7 @@ Status write_failure_dump(const std::string& path, const harness::PreparedCase& 
                           const std::string& rerun) {
   const cases::NoForkSection no_fork;  // HDF5 holds a library-wide lock
   std::lock_guard<std::mutex> lock(hdf5_mutex());
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  golden::quiet_hdf5();
   const size_t slash = path.rfind('/');
   const std::string partial = (slash == std::string::npos ? "" : path.substr(0, slash + 1)) + "." +
                               path.substr(slash == std::string::npos ? 0 : slash + 1) + ".partial";
@@ -184,10 +174,10 @@ FailureDump read_failure_dump(const std::string& path) {
     return d;
   }
   d.fixture.emplace(fc.take());
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  Closer f{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
-  Closer g{H5Gopen2(f.id, reader.case_groups()[0].c_str(), H5P_DEFAULT), H5Gclose};
-  if (g.id < 0) {
+  golden::quiet_hdf5();
+  Hid f = golden::file_h(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  Hid g = golden::group_h(H5Gopen2(f.get(), reader.case_groups()[0].c_str(), H5P_DEFAULT));
+  if (g.get() < 0) {
     d.status = Status::InvalidArgument(path + ": cannot open the case group");
     return d;
   }
@@ -195,12 +185,13 @@ FailureDump read_failure_dump(const std::string& path) {
        {std::pair<const char*, harness::Values*>{"actual", &d.actual}, {"baseline", &d.baseline}})
     for (const harness::OutputSpec& s : d.fixture->outputs) {
       const std::string ds_path = std::string(name) + "/" + s.name;
-      Closer ds{H5Dopen2(g.id, ds_path.c_str(), H5P_DEFAULT), H5Dclose};
-      Closer space{ds.id >= 0 ? H5Dget_space(ds.id) : -1, H5Sclose};
-      const hssize_t n = space.id >= 0 ? H5Sget_simple_extent_npoints(space.id) : -1;
+      Hid ds = golden::dataset_h(H5Dopen2(g.get(), ds_path.c_str(), H5P_DEFAULT));
+      Hid space = golden::space_h(ds.get() >= 0 ? H5Dget_space(ds.get()) : -1);
+      const hssize_t n = space.get() >= 0 ? H5Sget_simple_extent_npoints(space.get()) : -1;
       std::vector<double>& v = (*out)[s.name];
       v.resize(static_cast<size_t>(std::max<hssize_t>(0, n)));
-      if (n < 0 || H5Dread(ds.id, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0) {
+      if (n < 0 ||
+          H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0) {
         d.status = Status::InvalidArgument(path + ": cannot read " + ds_path);
         return d;
       }
@@ -209,10 +200,10 @@ FailureDump read_failure_dump(const std::string& path) {
                                   {"verdict", &d.verdict},
                                   {"message", &d.message},
                                   {"rerun", &d.rerun}}) {
-    Closer attr{H5Aopen(g.id, name, H5P_DEFAULT), H5Aclose};
-    Closer type{string_type(), H5Tclose};
+    Hid attr = golden::attr_h(H5Aopen(g.get(), name, H5P_DEFAULT));
+    Hid type = string_type();
     char* text = nullptr;
-    if (attr.id < 0 || H5Aread(attr.id, type.id, &text) < 0 || !text) {
+    if (attr.get() < 0 || H5Aread(attr.get(), type.get(), &text) < 0 || !text) {
       d.status = Status::InvalidArgument(path + ": attribute " + name + " missing or unreadable");
       return d;
     }

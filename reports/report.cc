@@ -18,6 +18,8 @@
 #include <sstream>
 #include <thread>
 
+#include "cases/safe_text.h"
+
 namespace deltacheck::reports {
 namespace fs = std::filesystem;
 using harness::Verdict;
@@ -204,58 +206,48 @@ std::string utc_now_iso8601() {
   return buf;
 }
 
-Status write_file_atomic(const std::string& path, const std::string& content) {
-  // Write next to the target and rename over it: readers (a CI upload, a browser) see either the
-  // old file or the complete new one, never a partial file.
-  const fs::path target(path);
-  const fs::path tmp =
-      target.parent_path() / fmt::format(".{}.tmp{}", target.filename().string(), getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(content.data(), static_cast<std::streamsize>(content.size()));
-    out.close();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      return Status::Internal("cannot write " + tmp.string());
-    }
+namespace {
+
+// Strings in a JSON value (a report's selection) made valid UTF-8.
+void sanitize_json(nlohmann::ordered_json& j) {
+  if (j.is_string()) {
+    j = cases::valid_utf8(j.get<std::string>());
+  } else if (j.is_structured()) {
+    for (auto& v : j) sanitize_json(v);
   }
-  std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    return Status::Internal("cannot rename " + tmp.string() + " to " + path + ": " + ec.message());
-  }
-  return Status::Ok();
 }
 
-WrittenReport write_report_files(const Report& r, const std::string& dir) {
-  const auto t0 = std::chrono::steady_clock::now();
-  WrittenReport w;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    w.status =
-        Status::InvalidArgument("cannot create report directory " + dir + ": " + ec.message());
-    return w;
+}  // namespace
+
+Report sanitized(Report r) {
+  using cases::printable_line;
+  using cases::valid_utf8;
+  for (std::string* s : {&r.tool_version, &r.git_revision, &r.tolerance, &r.command, &r.started_at})
+    *s = valid_utf8(*s);
+  sanitize_json(r.selection);
+  for (std::string& b : r.backends) b = printable_line(b);
+  for (std::string& m : r.merged_from) m = valid_utf8(m);
+  for (Machine& m : r.machines) {
+    m.hostname = printable_line(m.hostname);
+    m.cpu_model = printable_line(m.cpu_model);
   }
-  // Format everything before writing anything, so a formatting problem leaves no new files.
-  const std::vector<std::pair<std::string, std::string>> files{
-      {"report.json", format_json(r)},
-      {"junit.xml", format_junit(r)},
-      {"summary.md", format_markdown(r)},
-      {"report.html", format_html(r)},
-  };
-  for (const auto& [name, text] : files) {
-    const std::string path = (fs::path(dir) / name).string();
-    if (Status st = write_file_atomic(path, text); !st.ok()) {
-      w.status = st;
-      return w;
+  for (Entry& e : r.entries) {
+    harness::CaseResult& x = e.result;
+    for (std::string* s : {&x.case_id, &x.op, &x.backend, &x.worst_tensor, &e.family})
+      *s = printable_line(*s);
+    x.message = printable_line(x.message, 1 << 16);
+    e.rerun = valid_utf8(e.rerun);
+    e.dump = valid_utf8(e.dump);
+    for (harness::ProbeReport& p : x.probes) {
+      p.name = printable_line(p.name);
+      p.detail = printable_line(p.detail, 1 << 16);
     }
-    w.files.push_back({path, text.size()});
+    for (harness::TensorReport& t : x.tensors) {
+      t.name = printable_line(t.name);
+      t.dtype = printable_line(t.dtype);
+    }
   }
-  w.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return w;
+  return r;
 }
 
 LoadedReport read_report(const std::string& dir_or_file) {

@@ -106,7 +106,7 @@ struct StepSummary {
 StepSummary append_step_summary(const Report& r);
 std::string format_html(const Report& r);
 
-// The files of a report directory, each written atomically (temporary file, then rename).
+// The files of a report directory.
 struct WrittenFile {
   std::string path;
   uintmax_t bytes = 0;
@@ -116,8 +116,13 @@ struct WrittenReport {
   std::vector<WrittenFile> files;  // report.json, junit.xml, summary.md, report.html
   double seconds = 0.0;            // time spent formatting and writing
 };
+// The report set replaced as a whole, with the same rules as a run's (report_dir.h): written
+// into a staging folder in `dir`, then renamed into place; a previous run's failure dumps are
+// removed (the report names none of them).
 WrittenReport write_report_files(const Report& r, const std::string& dir);
-Status write_file_atomic(const std::string& path, const std::string& content);
+// The report with every string valid UTF-8 and names and one-line fields free of control
+// characters (cases/safe_text.h); write_report_files() writes this form.
+Report sanitized(Report r);
 LoadedReport read_report(const std::string& dir_or_file);
 
 // Merges reports (shards of one run, or runs of different backends): entries ordered by case

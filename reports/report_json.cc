@@ -243,11 +243,14 @@ std::string format_json(const Report& r) {
         {"seconds", r.seconds}}},
   };
   // One result per line: greppable and diffable, and far smaller than one number per line.
-  std::string text = j.dump(1);
+  // Strings are valid UTF-8 by now (write_report_files cleans them); replacing what is not
+  // keeps a direct caller from throwing after a whole run.
+  constexpr auto kReplace = json::error_handler_t::replace;
+  std::string text = j.dump(1, ' ', false, kReplace);
   text.resize(text.size() - 2);  // "\n}"
   text += ",\n \"results\": [";
   for (size_t i = 0; i < r.entries.size(); ++i)
-    text += (i == 0 ? "\n  " : ",\n  ") + entry_json(r.entries[i]).dump();
+    text += (i == 0 ? "\n  " : ",\n  ") + entry_json(r.entries[i]).dump(-1, ' ', false, kReplace);
   text += r.entries.empty() ? "]\n}\n" : "\n ]\n}\n";
   return text;
 }

@@ -19,7 +19,7 @@ fi
 args=()
 if [ "${1:-}" = "--short" ]; then
   shift
-  args+=("--benchmark_filter=ceiling|/T:512/|gdr_short/cpu|gdr_decode/cpu|mask/cpu/shape:0/n:2048|harness_prefill/(kernel|run_case)/T:512"
+  args+=("--benchmark_filter=ceiling|/T:512/|gdr_short/cpu|gdr_decode/cpu|mask/cpu/shape:0/n:2048|harness_prefill/(kernel|run_case)/T:512|harness_sequences/run_case_with_probes/seqs:1000/"
          "--benchmark_min_time=0.01")
 fi
 mkdir -p "$OUT_DIR"

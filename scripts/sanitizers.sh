@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sanitizer builds (README: "Reliability"), each in its own build folder, without LibTorch and
+# Sanitizer builds (docs/reliability.md), each in its own build folder, without LibTorch and
 # CUDA, building only the targets its checks need:
 #   asan   AddressSanitizer + UndefinedBehaviorSanitizer: the unit tests (test_cases,
 #          test_reference, test_kernels_cpu, test_harness, test_golden and the committed fixtures)

@@ -1,25 +1,32 @@
 // Backend "external": an implementation outside this repository, run as a program once per case
 // (golden/README.md, "External programs"). For each case the inputs go to {in} in the fixture
 // format, in a fresh temporary folder; `--cmd 'PROGRAM {in} {out}'` runs through /bin/sh in its
-// own process group with a timeout; the program's outputs come back from {out}. Everything that
-// can go wrong on the program's side (non-zero exit, crash, timeout, missing or malformed
-// outputs) is a Status error naming the reason, so the case gets the verdict error.
+// own process group with a timeout, under a guard process that kills everything the program
+// started when the call ends or deltacheck dies (below, "the guard"); the program's outputs come
+// back from {out}. Everything that can go wrong on the program's side (non-zero exit, crash,
+// timeout, missing or malformed outputs) is a Status error naming the reason, so the case gets
+// the verdict error.
 //
 // Resource limits: the program's temporary files go to the case's folder (TMPDIR points there),
 // which is removed afterwards whatever the program did to it (and, at the next run, when a killed
-// deltacheck left it behind); no file it writes may exceed an output-size limit (RLIMIT_FSIZE),
-// and {out} must be a regular file within that limit before it is read.
+// deltacheck left it behind: its lock is free); no file it writes may exceed an output-size limit
+// (RLIMIT_FSIZE), and {out} must be a regular file within that limit before it is read.
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "cases/safe_text.h"
 #include "golden/format.h"
 #include "harness/backends/backends.h"
 #include "harness/isolation.h"
@@ -55,8 +63,8 @@ std::string last_line(const std::string& path) {
   std::string line, last;
   while (std::getline(f, line))
     if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
-  if (last.size() > 300) last = last.substr(0, 300) + "...";
-  return last;
+  // The program's words go into reports and onto the console: valid UTF-8, no control codes.
+  return cases::printable_line(last, 300);
 }
 
 // Makes a folder the program may have locked (chmod 000) removable again; never follows a
@@ -78,7 +86,10 @@ void remove_folder(const std::string& path) {
 
 constexpr const char* kTempPrefix = "deltacheck-external-";
 
-// Folders of deltacheck processes that no longer exist (killed before they could clean up).
+// Folders of deltacheck processes that are gone: a run holds a lock on its folder (flock on the
+// folder itself, released by the kernel when the process dies), so a folder whose lock is free
+// belongs to nobody. A PID in the name proves nothing (another PID namespace sharing TMPDIR, a
+// reused PID).
 void remove_stale_folders(const std::string& base) {
   DIR* d = opendir(base.c_str());
   if (!d) return;
@@ -86,18 +97,19 @@ void remove_stale_folders(const std::string& base) {
   while (const dirent* e = readdir(d)) {
     const std::string name = e->d_name;
     if (name.rfind(kTempPrefix, 0) != 0) continue;
-    const long pid = std::strtol(name.c_str() + std::strlen(kTempPrefix), nullptr, 10);
-    struct stat st;
     const std::string path = base + "/" + name;
-    if (pid > 0 && lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid() &&
-        kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+    const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_uid == getuid() && flock(fd, LOCK_EX | LOCK_NB) == 0)
       stale.push_back(path);
+    close(fd);
   }
   closedir(d);
   for (const std::string& p : stale) remove_folder(p);
 }
 
-// A private temporary folder, removed with everything in it.
+// A private temporary folder, locked while this process uses it, removed with everything in it.
 class TempDir {
  public:
   TempDir() {
@@ -111,10 +123,17 @@ class TempDir {
       if (swept.insert(dir).second) remove_stale_folders(dir);
     }
     std::string tmpl = dir + "/" + kTempPrefix + std::to_string(getpid()) + "-XXXXXX";
-    if (mkdtemp(tmpl.data())) path_ = tmpl;
+    if (!mkdtemp(tmpl.data())) return;
+    lock_fd_ = open(tmpl.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (lock_fd_ < 0 || flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      remove_folder(tmpl);
+      return;
+    }
+    path_ = tmpl;
   }
   ~TempDir() {
     if (!path_.empty()) remove_folder(path_);
+    if (lock_fd_ >= 0) close(lock_fd_);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
@@ -122,17 +141,192 @@ class TempDir {
 
  private:
   std::string path_;
+  int lock_fd_ = -1;
 };
 
+// How the program ended, as its guard saw it.
 struct Exit {
   bool timed_out = false;
   bool signaled = false;
-  int code = 0;  // exit code, or the signal number when signaled
+  int code = 0;        // exit code, or the signal number when signaled
+  int exec_errno = 0;  // /bin/sh could not be started (E2BIG: --cmd or environment too large)
 };
 
-// Runs `cmd` through /bin/sh in a new process group, stdin from /dev/null and stdout/stderr to
-// files; after `timeout_s` the whole group is killed. Stragglers the program left running in its
-// group are killed when it ends.
+// --- the guard: the program and everything it starts die with the call ---------------------
+//
+// The program runs under a guard process: a child of deltacheck that is a subreaper
+// (PR_SET_CHILD_SUBREAPER: whatever the program starts and orphans, a setsid daemon included, is
+// re-parented to the guard instead of init) and dies with deltacheck (PR_SET_PDEATHSIG, also on
+// SIGKILL). When the program ends, times out, or deltacheck goes away, the guard kills the
+// program's process group and every process re-parented to it, until it has no child left, then
+// reports the program's wait status. Between fork and exit the guard makes only
+// async-signal-safe calls (raw system calls, no allocation): deltacheck has other threads.
+
+struct GuardMessage {
+  enum Kind : int32_t { kExecFailed = 1, kStatus = 2 };
+  int32_t kind;
+  int32_t value;  // errno, or the program's wait status
+};
+
+// The PIDs of the guard's children, from /proc/<pid>/stat (field 4), with raw system calls.
+int children_of(pid_t parent, pid_t* out, int max) {
+  const int dir = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return 0;
+  int n = 0;
+  char buf[4096];
+  for (;;) {
+    const long got = syscall(SYS_getdents64, dir, buf, sizeof buf);
+    if (got <= 0) break;
+    for (long at = 0; at < got;) {
+      struct Entry {
+        uint64_t ino;
+        int64_t off;
+        unsigned short reclen;
+        unsigned char type;
+        char name[1];
+      };
+      const Entry* e = reinterpret_cast<const Entry*>(buf + at);
+      at += e->reclen;
+      pid_t pid = 0;
+      const char* c = e->name;
+      for (; *c >= '0' && *c <= '9'; ++c) pid = pid * 10 + (*c - '0');
+      if (*c != '\0' || pid <= 0) continue;
+      char path[64] = "/proc/";
+      int len = 6;
+      char digits[16];
+      int k = 0;
+      for (pid_t x = pid; x > 0; x /= 10) digits[k++] = static_cast<char>('0' + x % 10);
+      while (k > 0) path[len++] = digits[--k];
+      const char* tail = "/stat";
+      for (int i = 0; tail[i]; ++i) path[len++] = tail[i];
+      path[len] = '\0';
+      const int fd = open(path, O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      char stat[512];
+      const ssize_t r = read(fd, stat, sizeof stat - 1);
+      close(fd);
+      if (r <= 0) continue;
+      stat[r] = '\0';
+      // "pid (comm) state ppid ...": comm may hold spaces and parentheses; the last ')' ends it.
+      const char* close_paren = nullptr;
+      for (const char* q = stat; *q; ++q)
+        if (*q == ')') close_paren = q;
+      if (!close_paren || close_paren[1] == '\0' || close_paren[2] == '\0') continue;
+      const char* q = close_paren + 4;  // ") S " then the parent's pid
+      pid_t ppid = 0;
+      for (; *q >= '0' && *q <= '9'; ++q) ppid = ppid * 10 + (*q - '0');
+      if (ppid == parent && n < max) out[n++] = pid;
+    }
+  }
+  close(dir);
+  return n;
+}
+
+void sleep_ms(long ms) {
+  timespec t{ms / 1000, (ms % 1000) * 1000000};
+  nanosleep(&t, nullptr);
+}
+
+// Kills the program's group and every process the guard has inherited, until none is left.
+void kill_everything(pid_t program) {
+  pid_t kids[1024];
+  for (int round = 0; round < 100000; ++round) {
+    kill(-program, SIGKILL);
+    const int n = children_of(getpid(), kids, 1024);
+    for (int i = 0; i < n; ++i) {
+      kill(-kids[i], SIGKILL);  // a daemon's own group (setsid), then the daemon
+      kill(kids[i], SIGKILL);
+    }
+    int status;
+    while (waitpid(-1, &status, WNOHANG) > 0) {
+    }
+    if (waitpid(-1, &status, WNOHANG) < 0 && errno == ECHILD) return;
+    sleep_ms(1);
+  }
+}
+
+[[noreturn]] void guard_main(pid_t deltacheck, int report_fd, const char* const* argv,
+                             char* const* envp, const char* out_path, const char* err_path,
+                             const rlimit& fsize) {
+  // Die with deltacheck: SIGTERM (blocked, so it waits for the cleanup below) when the thread
+  // that started the guard goes away, however it goes.
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) sigaddset(&stop, sig);
+  sigprocmask(SIG_BLOCK, &stop, nullptr);
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != deltacheck) _exit(1);  // deltacheck died before PR_SET_PDEATHSIG
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // Nothing else deltacheck had open (other cases' pipes and locks) stays open here.
+  if (dup2(report_fd, 3) < 0) _exit(1);
+  report_fd = 3;
+  closefrom(4);
+  int exec_pipe[2];
+  if (pipe2(exec_pipe, O_CLOEXEC) != 0) _exit(1);
+  const pid_t program = fork();
+  if (program < 0) _exit(1);
+  if (program == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    const int in = open("/dev/null", O_RDONLY);
+    const int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (in < 0 || out < 0 || err < 0) _exit(126);
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    dup2(exec_pipe[1], 3);  // closed by a successful exec
+    fcntl(3, F_SETFD, FD_CLOEXEC);
+    closefrom(4);
+    setrlimit(RLIMIT_FSIZE, &fsize);
+    execve("/bin/sh", const_cast<char* const*>(argv), envp);
+    const int e = errno;
+    (void)!write(3, &e, sizeof e);
+    _exit(127);
+  }
+  setpgid(program, program);  // also here: no race with the program's own call
+  close(exec_pipe[1]);
+  int exec_errno = 0;
+  if (read(exec_pipe[0], &exec_errno, sizeof exec_errno) == sizeof exec_errno) {
+    const GuardMessage m{GuardMessage::kExecFailed, exec_errno};
+    (void)!write(report_fd, &m, sizeof m);
+  }
+  close(exec_pipe[0]);
+  int status = 0;
+  bool ended = false;
+  long pause = 1;
+  while (!ended) {
+    int st = 0;
+    const pid_t r = waitpid(-1, &st, WNOHANG);
+    if (r == program) {
+      status = st;
+      ended = true;
+    } else if (r > 0) {
+      continue;  // an orphan re-parented to the guard, reaped
+    } else {
+      sigset_t pending;
+      sigpending(&pending);
+      bool stop_now = getppid() != deltacheck;
+      for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT})
+        stop_now = stop_now || sigismember(&pending, sig);
+      if (stop_now) break;
+      sleep_ms(pause);
+      pause = pause < 20 ? pause * 2 : 20;
+    }
+  }
+  kill_everything(program);
+  if (ended) {
+    const GuardMessage m{GuardMessage::kStatus, status};
+    (void)!write(report_fd, &m, sizeof m);
+  }
+  _exit(0);
+}
+
+// Runs `cmd` through /bin/sh under a guard (above), stdin from /dev/null and stdout/stderr to
+// files; after `timeout_s` the guard is told to stop, and kills everything the program started.
 golden::StatusOr<Exit> run_program(const std::string& cmd, double timeout_s,
                                    const std::string& out_path, const std::string& err_path,
                                    const std::string& tmpdir, uint64_t max_file_bytes) {
@@ -147,54 +341,56 @@ golden::StatusOr<Exit> run_program(const std::string& cmd, double timeout_s,
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
   const rlimit fsize{max_file_bytes, max_file_bytes};
-  const pid_t pid = fork();
-  if (pid < 0) return Status::Internal(std::string("fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
-    // Only async-signal-safe calls between fork and exec.
-    setpgid(0, 0);
-    const int in = open("/dev/null", O_RDONLY);
-    const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (in < 0 || out < 0 || err < 0) _exit(126);
-    dup2(in, 0);
-    dup2(out, 1);
-    dup2(err, 2);
-    closefrom(3);
-    setrlimit(RLIMIT_FSIZE, &fsize);
-    execve("/bin/sh", const_cast<char* const*>(argv), envp.data());
-    _exit(127);
+  // Non-blocking: read once the guard has exited, when everything it wrote is there (a guard
+  // forked meanwhile by another thread may hold a copy of the write end).
+  int report[2];
+  if (pipe2(report, O_CLOEXEC | O_NONBLOCK) != 0)
+    return Status::Internal(std::string("pipe failed: ") + std::strerror(errno));
+  const pid_t self = getpid();
+  const pid_t guard = fork();
+  if (guard < 0) {
+    close(report[0]);
+    close(report[1]);
+    return Status::Internal(std::string("fork failed: ") + std::strerror(errno));
   }
-  setpgid(pid, pid);  // also here: no race with the child's own call
+  if (guard == 0) {
+    close(report[0]);
+    guard_main(self, report[1], argv, envp.data(), out_path.c_str(), err_path.c_str(), fsize);
+  }
+  close(report[1]);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, timeout_s));
   Exit e;
+  int status = 0;
   auto wait_ms = std::chrono::milliseconds(1);
   for (;;) {
-    // Wait without reaping: while the child is an unreaped zombie its pid, the group's id,
-    // cannot be reused, so killing the group below cannot hit anyone else.
-    siginfo_t info;
-    info.si_pid = 0;
-    if (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) < 0 &&
-        errno != EINTR) {
-      kill(-pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
+    const pid_t r = waitpid(guard, &status, WNOHANG);
+    if (r == guard) break;
+    if (r < 0 && errno != EINTR) {
+      kill(guard, SIGKILL);
+      close(report[0]);
       return Status::Internal(std::string("waiting for the program failed: ") +
                               std::strerror(errno));
     }
-    if (info.si_pid == pid) break;
-    if (std::chrono::steady_clock::now() >= deadline) {
+    if (!e.timed_out && std::chrono::steady_clock::now() >= deadline) {
       e.timed_out = true;
-      break;
+      kill(guard, SIGTERM);  // the guard kills everything, then exits
     }
     std::this_thread::sleep_for(wait_ms);
     wait_ms = std::min(wait_ms * 2, std::chrono::milliseconds(50));
   }
-  kill(-pid, SIGKILL);
-  kill(pid, SIGKILL);  // in case the group was never formed
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  GuardMessage m;
+  bool have_status = false;
+  while (read(report[0], &m, sizeof m) == sizeof m) {
+    if (m.kind == GuardMessage::kExecFailed) e.exec_errno = m.value;
+    if (m.kind == GuardMessage::kStatus) {
+      have_status = true;
+      status = m.value;
+    }
   }
-  if (e.timed_out) return e;
+  close(report[0]);
+  if (e.timed_out || e.exec_errno != 0) return e;
+  if (!have_status) return Status::Internal("the program's guard process ended unexpectedly");
   if (WIFSIGNALED(status)) {
     e.signaled = true;
     e.code = WTERMSIG(status);
@@ -202,6 +398,20 @@ golden::StatusOr<Exit> run_program(const std::string& cmd, double timeout_s,
     e.code = WEXITSTATUS(status);
   }
   return e;
+}
+
+// Whether a regular file under `dir` reached `limit` bytes (what RLIMIT_FSIZE stops).
+bool has_file_at_limit(const std::string& dir, uint64_t limit, int depth = 0) {
+  struct stat st;
+  if (depth > 16 || lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    struct stat f;
+    if (lstat(e.path().c_str(), &f) != 0) continue;
+    if (S_ISREG(f.st_mode) && static_cast<uint64_t>(f.st_size) >= limit) return true;
+    if (S_ISDIR(f.st_mode) && has_file_at_limit(e.path().string(), limit, depth + 1)) return true;
+  }
+  return false;
 }
 
 class ExternalBackend : public Backend {
@@ -251,14 +461,24 @@ class ExternalBackend : public Backend {
     if (!e.ok()) return e.status();
     const std::string said = last_line(err_path);
     const std::string tail = said.empty() ? "" : ": " + said;
+    if (e.value().exec_errno != 0)
+      return Status::Internal(std::string("cannot start /bin/sh for the program: ") +
+                              std::strerror(e.value().exec_errno) +
+                              (e.value().exec_errno == E2BIG
+                                   ? " (the --cmd with its paths, or the environment, is "
+                                     "too large for one command)"
+                                   : ""));
     if (e.value().timed_out) {
       std::ostringstream s;
-      s << "external program timed out after " << timeout_s_ << " s (process group killed)";
+      s << "external program timed out after " << timeout_s_
+        << " s (killed, with every process it started)";
       return Status::Internal(s.str());
     }
-    // Killed by SIGXFSZ itself, or a shell reporting that its command was (128 + signal).
+    // Killed by SIGXFSZ itself, or a shell reporting that its command was (128 + signal) and a
+    // file that reached the limit to show for it: a program's own exit(153) is just a code.
     if ((e.value().signaled && e.value().code == SIGXFSZ) ||
-        (!e.value().signaled && e.value().code == 128 + SIGXFSZ))
+        (!e.value().signaled && e.value().code == 128 + SIGXFSZ &&
+         has_file_at_limit(dir.path(), max_file)))
       return Status::Internal(
           "external program wrote a file larger than the output-size limit "
           "of " +

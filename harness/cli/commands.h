@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cases/case.h"
+#include "cases/id_filter.h"
 #include "harness/backend.h"
 #include "harness/result.h"
 #include "harness/runner.h"
@@ -49,6 +50,8 @@ struct SelectedCases {
   int shard_index = 0, shard_count = 1;
 };
 SelectedCases select_sharded(const Selection& s);
+// --filter compiled (RE2); throws UsageError on a bad pattern.
+cases::IdFilter make_id_filter(const std::string& filter);
 // "a,b" "c" -> {a, b, c}
 std::vector<std::string> split_commas(const std::vector<std::string>& items);
 
@@ -76,12 +79,15 @@ class ResultSink {
   ~ResultSink();
   // What the run is (for the report, the rerun commands and the progress bar); optional.
   void describe_run(const Selection& s, const SelectedCases& sel, const BackendSelection& b);
-  // For harness::RunOptions::on_failure: writes failure dumps (null without --report-dir).
+  // For harness::RunOptions::on_failure: keeps failing results for their failure dumps (null
+  // without --report-dir), which on_result() writes: report a case only after all its backends
+  // ran, so that no dump exists while a candidate runs the same case.
   harness::FailureCallback failure_hook();
   void on_result(const harness::CaseResult& r);
   int finish(const std::vector<harness::CaseResult>& results);
 
  private:
+  void write_pending_dump(const harness::CaseResult& r);
   struct State;
   OutputOptions options_;
   bool color_;
@@ -93,8 +99,8 @@ class ResultSink {
 struct BackendSelection {
   std::vector<std::string> names{"cpu"};
   harness::BackendOptions options;
-  bool isolate = false;     // --isolate: each backend call in a child process (--timeout)
-  std::string max_memory;   // --max-memory; empty: the default (limits.cc)
+  bool isolate = false;    // --isolate: each backend call in a child process (--timeout)
+  std::string max_memory;  // --max-memory; empty: the default (limits.cc)
 };
 void add_backend_options(CLI::App* app, BackendSelection& b);
 std::vector<std::unique_ptr<harness::Backend>> make_backends(const BackendSelection& b);

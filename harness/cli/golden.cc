@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
-#include <regex>
 
 #include "cases/generator_version.h"
 #include "golden/fixtures.h"
@@ -49,14 +48,6 @@ double file_size(const std::string& path) {
   throw UsageError(file + ": " + problem);
 }
 
-std::regex make_filter(const std::string& filter) {
-  try {
-    return std::regex(filter.empty() ? "" : filter, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    throw UsageError("--filter '" + filter + "' is not a valid regex: " + e.what());
-  }
-}
-
 struct Selected {
   std::vector<size_t> index;  // positions in the file
   std::vector<cases::Case> cases;
@@ -68,7 +59,7 @@ Selected validate_in_process(FixtureReader& reader, const std::string& file,
                              const std::string& filter, bool need_expected, int64_t max_memory) {
   reader.set_max_bytes(max_memory);
   if (Status st = reader.open(file); !st.ok()) bad_file(file, st.message());
-  const std::regex re = make_filter(filter);
+  const cases::IdFilter re = make_id_filter(filter);
   Selected selected;
   for (size_t i = 0; i < reader.case_groups().size(); ++i) {
     StatusOr<FixtureCase> fc = reader.read(i);
@@ -76,7 +67,7 @@ Selected validate_in_process(FixtureReader& reader, const std::string& file,
     if (need_expected) {
       if (Status st = golden::check_stored(fc.value()); !st.ok()) bad_file(file, st.message());
     }
-    if (filter.empty() || std::regex_search(fc.value().c.id(), re)) {
+    if (filter.empty() || re.matches(fc.value().c.id())) {
       // Running it needs more than reading it (outputs, baseline, probes): refused up front.
       if (need_expected) {
         if (std::string why = harness::memory_refusal(fc.value().c, max_memory); !why.empty())
@@ -221,11 +212,11 @@ int verify(const VerifyArgs& a) {
   for (size_t i : selected.index) {
     StatusOr<harness::PreparedCase> pc = golden::prepare_stored(read_validated(reader, a.file, i));
     if (!pc.ok()) bad_file(a.file, pc.status().message());
-    for (harness::Backend* b : backends) {
-      harness::CaseResult r = harness::run_case(pc.value(), *b, !a.no_probes, on_failure);
-      sink.on_result(r);
-      results.push_back(std::move(r));
-    }
+    // Reported once every backend has run the case: its failure dumps are written then.
+    const size_t first = results.size();
+    for (harness::Backend* b : backends)
+      results.push_back(harness::run_case(pc.value(), *b, !a.no_probes, on_failure));
+    for (size_t k = first; k < results.size(); ++k) sink.on_result(results[k]);
   }
   return sink.finish(results);
 }

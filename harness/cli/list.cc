@@ -37,9 +37,15 @@ int list(const std::string& what, const Selection& sel) {
     std::printf("operations and case-id parameters:\n");
     for (const auto& s : dc::cases::op_schemas()) {
       std::printf("  %s: %s\n", s.op.c_str(), s.help.c_str());
-      for (const auto& p : s.params)
-        std::printf("    %-8s default %-12s %s\n", p.key.c_str(), p.default_value.c_str(),
-                    p.help.c_str());
+      for (const auto& p : s.params) {
+        // The values an id accepts, from the schema itself (help text can drift; this cannot).
+        std::string values;
+        for (const std::string& c : p.choices) values += (values.empty() ? "" : "|") + c;
+        if (p.kind == dc::cases::ParamSpec::Kind::kInt)
+          values = std::to_string(p.min) + ".." + std::to_string(p.max);
+        std::printf("    %-8s default %-12s %s%s\n", p.key.c_str(), p.default_value.c_str(),
+                    p.help.c_str(), values.empty() ? "" : (" [" + values + "]").c_str());
+      }
     }
   }
   if (what == "cases") {

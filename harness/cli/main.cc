@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "cases/safe_text.h"
 #include "harness/cli/commands.h"
 
 int main(int argc, char** argv) {
@@ -27,11 +28,8 @@ exit codes: 0 all pass, 1 a case failed (fail, leak, error; see --fail-on), 2 us
 
   register_optional_backends();
   const std::vector<Command> commands{
-      add_run_command(app),
-      add_list_command(app),
-      add_golden_command(app),
-      add_report_command(app),
-      add_bench_command(app),
+      add_run_command(app),    add_list_command(app),  add_golden_command(app),
+      add_report_command(app), add_bench_command(app),
   };
   try {
     app.parse(argc, argv);
@@ -42,14 +40,17 @@ exit codes: 0 all pass, 1 a case failed (fail, leak, error; see --fail-on), 2 us
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "deltacheck: error: %s (see deltacheck --help)\n", e.what());
+    std::fprintf(stderr, "deltacheck: error: %s (see deltacheck --help)\n",
+                 deltacheck::cases::printable_line(e.what()).c_str());
     return kExitUsage;
   }
   try {
     for (const Command& c : commands)
       if (c.app->parsed()) return c.run();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "deltacheck: error: %s\n", e.what());
+    // One line, whatever the message quotes (a --filter with a newline, a file's bytes).
+    std::fprintf(stderr, "deltacheck: error: %s\n",
+                 deltacheck::cases::printable_line(e.what()).c_str());
     return kExitUsage;
   }
   return kExitUsage;

@@ -16,6 +16,7 @@
 #include "reports/console.h"
 #include "reports/failure_dump.h"
 #include "reports/report.h"
+#include "reports/report_dir.h"
 
 namespace deltacheck::cli {
 
@@ -54,12 +55,20 @@ struct ResultSink::State {
   bool bar = false;
   size_t expected = 0, seen = 0;
   std::map<harness::Verdict, int> counts;
-  // Failure dumps go to a hidden folder first and replace failures/ when the run finishes, so
-  // the report directory never mixes dumps of two runs.
-  std::string partial_dir;
+  // The report set (report files and failure dumps) is written into a private staging folder
+  // and replaces the previous one as a whole when the run finishes (reports/report_dir.h).
+  reports::ReportDirWriter dir;
+  // A failing result's dump waits here until the case's last call has returned (on_result):
+  // nothing a candidate could read exists while it runs.
+  struct PendingDump {
+    harness::PreparedCase pc;
+    cases::TensorMap outputs;
+    harness::CaseResult r;
+  };
   std::mutex mu;
   int dumps_started = 0, dumps_skipped = 0;
-  std::map<std::pair<std::string, std::string>, std::string> dumps;  // (case, backend) -> file
+  std::map<std::pair<std::string, std::string>, PendingDump> pending;  // (case, backend)
+  std::map<std::pair<std::string, std::string>, std::string> dumps;    // (case, backend) -> file
   std::vector<std::string> dump_errors;
 };
 
@@ -87,25 +96,6 @@ std::string backend_option_args(const BackendSelection& b) {
   return s;
 }
 
-// Moves this run's dumps into DIR/failures, replacing the previous run's *.h5 files there.
-void install_dumps(const std::string& partial, const std::string& dir) {
-  const fs::path failures = fs::path(dir) / "failures";
-  std::error_code ec;
-  if (fs::is_directory(failures, ec))
-    for (const auto& f : fs::directory_iterator(failures, ec))
-      if (f.path().extension() == ".h5") fs::remove(f.path(), ec);
-  bool any = false;
-  if (!partial.empty() && fs::is_directory(partial, ec)) {
-    for (const auto& f : fs::directory_iterator(partial, ec)) {
-      if (!any) fs::create_directories(failures, ec);
-      any = true;
-      fs::rename(f.path(), failures / f.path().filename(), ec);
-    }
-    fs::remove_all(partial, ec);
-  }
-  if (!any) fs::remove(failures, ec);  // only removes an empty folder
-}
-
 }  // namespace
 
 ResultSink::ResultSink(const OutputOptions& o, std::string title)
@@ -117,15 +107,9 @@ ResultSink::ResultSink(const OutputOptions& o, std::string title)
   // directory should not cost a whole run.
   if (Status st = reports::parse_fail_on(split_commas(o.fail_on), state_->fail_on); !st.ok())
     throw UsageError(st.message());
-  if (!o.report_dir.empty()) {
-    std::error_code ec;
-    fs::create_directories(o.report_dir, ec);
-    if (ec || !fs::is_directory(o.report_dir))
-      throw UsageError("--report-dir: cannot create " + o.report_dir +
-                       (ec ? ": " + ec.message() : ""));
-    state_->partial_dir =
-        (fs::path(o.report_dir) / fmt::format(".failures.partial-{}", getpid())).string();
-  }
+  if (!o.report_dir.empty())
+    if (Status st = state_->dir.open(o.report_dir); !st.ok())
+      throw UsageError("--report-dir: " + st.message());
   state_->started_at = reports::utc_now_iso8601();
   state_->bar =
       o.progress == "bar" || (o.progress == "auto" && isatty(fileno(stderr)) &&
@@ -135,13 +119,8 @@ ResultSink::ResultSink(const OutputOptions& o, std::string title)
   std::fflush(stdout);
 }
 
-ResultSink::~ResultSink() {
-  // A run that ended early (an exception) leaves no half-written dump folder behind.
-  if (!state_->partial_dir.empty()) {
-    std::error_code ec;
-    fs::remove_all(state_->partial_dir, ec);
-  }
-}
+// A run that ended early (an exception) leaves no staging folder behind (~ReportDirWriter).
+ResultSink::~ResultSink() = default;
 
 void ResultSink::describe_run(const Selection& s, const SelectedCases& sel,
                               const BackendSelection& b) {
@@ -175,18 +154,31 @@ harness::FailureCallback ResultSink::failure_hook() {
       }
       ++st.dumps_started;
     }
-    std::error_code ec;
-    fs::create_directories(st.partial_dir, ec);
-    const std::string name = reports::dump_file_name(r.case_id, r.backend);
-    const Status s =
-        reports::write_failure_dump((fs::path(st.partial_dir) / name).string(), pc, outputs, r,
-                                    reports::rerun_command(r.backend, r.case_id, st.backend_args));
+    State::PendingDump copy{pc, outputs, r};  // outside the lock: other workers go on
     std::lock_guard<std::mutex> lock(st.mu);
-    if (s.ok())
-      st.dumps[{r.case_id, r.backend}] = "failures/" + name;
-    else
-      st.dump_errors.push_back(s.message());
+    st.pending.insert_or_assign({r.case_id, r.backend}, std::move(copy));
   };
+}
+
+void ResultSink::write_pending_dump(const harness::CaseResult& r) {
+  State& st = *state_;
+  std::unique_lock<std::mutex> lock(st.mu);
+  const auto it = st.pending.find({r.case_id, r.backend});
+  if (it == st.pending.end()) return;
+  const State::PendingDump d = std::move(it->second);
+  st.pending.erase(it);
+  lock.unlock();
+  const std::string name = reports::dump_file_name(r.case_id, r.backend);
+  std::string path;
+  Status s = st.dir.dump_path(name, &path);
+  if (s.ok())
+    s = reports::write_failure_dump(path, d.pc, d.outputs, d.r,
+                                    reports::rerun_command(r.backend, r.case_id, st.backend_args));
+  lock.lock();
+  if (s.ok())
+    st.dumps[{r.case_id, r.backend}] = "failures/" + name;
+  else
+    st.dump_errors.push_back(s.message());
 }
 
 namespace {
@@ -212,6 +204,8 @@ std::string progress_line(size_t seen, size_t expected, const std::map<harness::
 
 void ResultSink::on_result(const harness::CaseResult& r) {
   State& st = *state_;
+  // Every call of this case has returned (callers report a case after all its backends ran).
+  write_pending_dump(r);
   ++st.seen;
   ++st.counts[r.verdict];
   const bool pass = r.verdict == harness::Verdict::kPass;
@@ -287,12 +281,10 @@ int ResultSink::finish(const std::vector<harness::CaseResult>& results) {
       rep.entries.push_back(std::move(e));
     }
     rep.selected_cases = st.selected >= 0 ? st.selected : static_cast<int64_t>(first_seen.size());
-    const reports::WrittenReport w = reports::write_report_files(rep, options_.report_dir);
-    if (!w.status.ok()) throw UsageError(w.status.message());
-    install_dumps(st.partial_dir, options_.report_dir);
-    st.partial_dir.clear();
     for (const std::string& e : st.dump_errors)
       std::fprintf(stderr, "deltacheck: warning: no failure dump: %s\n", e.c_str());
+    const reports::WrittenReport w = st.dir.commit(rep);
+    if (!w.status.ok()) throw UsageError(w.status.message());
     uintmax_t bytes = 0;
     for (const auto& f : w.files) bytes += f.bytes;
     std::printf("report: %s (also report.json, junit.xml, summary.md: %.1f kB in %.0f ms)\n",

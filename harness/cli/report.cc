@@ -8,9 +8,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "harness/cli/commands.h"
 #include "reports/console.h"
+#include "reports/report_dir.h"
 
 namespace deltacheck::cli {
 namespace {
@@ -24,31 +26,52 @@ struct MergeArgs {
   bool quiet = false;
 };
 
-// Copies the inputs' failure dumps next to the merged report (names are unique per case and
-// backend, so shards never collide); an entry whose dump is not found loses its link.
-int copy_dumps(const std::vector<std::string>& inputs, reports::Report& merged,
-               const std::string& out) {
+// The folder of a report input (a directory, or the one holding a report.json).
+fs::path folder_of(const std::string& in) {
   std::error_code ec;
-  const fs::path dst = fs::path(out) / "failures";
-  int copied = 0;
-  for (reports::Entry& e : merged.entries) {
+  return fs::is_directory(in, ec) ? fs::path(in) : fs::path(in).parent_path();
+}
+
+// The file a report's entry names as its dump, when it is a failure dump inside that report's
+// own folder: "failures/<dump name>", resolving (links followed) to a regular file below the
+// report's folder. Anything else in a report.json is refused: a merge copies only dumps.
+std::optional<fs::path> dump_source(const std::string& in, const reports::Entry& e) {
+  std::string path;
+  if (Status st = reports::find_dump(folder_of(in).string(), e.dump, &path); !st.ok())
+    throw UsageError(fmt::format("{}: the result of {} on {} {}", in, e.result.case_id,
+                                 e.result.backend, st.message()));
+  if (path.empty()) return std::nullopt;
+  return fs::path(path);
+}
+
+// Where each entry's dump comes from (the first input that has it), checked before anything is
+// written; an entry whose dump is not found loses its link.
+std::vector<std::optional<fs::path>> find_dumps(const std::vector<std::string>& inputs,
+                                                reports::Report& merged) {
+  std::vector<std::optional<fs::path>> sources(merged.entries.size());
+  for (size_t i = 0; i < merged.entries.size(); ++i) {
+    reports::Entry& e = merged.entries[i];
     if (e.dump.empty()) continue;
-    bool found = false;
-    for (const std::string& in : inputs) {
-      const fs::path src =
-          fs::path(fs::is_directory(in, ec) ? in : fs::path(in).parent_path().string()) / e.dump;
-      if (!fs::exists(src, ec)) continue;
-      fs::create_directories(dst, ec);
-      const fs::path target = fs::path(out) / e.dump;
-      if (!fs::equivalent(src, target, ec)) {
-        fs::copy_file(src, target, fs::copy_options::overwrite_existing, ec);
-        if (ec) throw UsageError("cannot copy " + src.string() + ": " + ec.message());
-      }
-      ++copied;
-      found = true;
-      break;
-    }
-    if (!found) e.dump.clear();
+    for (const std::string& in : inputs)
+      if ((sources[i] = dump_source(in, e))) break;
+    if (!sources[i]) e.dump.clear();
+  }
+  return sources;
+}
+
+// Copies the dumps into the merged report's (new) failures/ folder; names are unique per case
+// and backend, so shards never collide.
+int copy_dumps(const std::vector<std::optional<fs::path>>& sources, reports::ReportDirWriter& out) {
+  int copied = 0;
+  for (const std::optional<fs::path>& src : sources) {
+    if (!src) continue;
+    std::string target;
+    if (Status st = out.dump_path(src->filename().string(), &target); !st.ok())
+      throw UsageError(st.message());
+    std::error_code ec;
+    fs::copy_file(*src, target, fs::copy_options::overwrite_existing, ec);
+    if (ec) throw UsageError("cannot copy " + src->string() + ": " + ec.message());
+    ++copied;
   }
   return copied;
 }
@@ -77,8 +100,12 @@ int merge(const MergeArgs& a) {
     r.shard_count = loaded.front().shard_count;
     r.merged_from = loaded.front().merged_from;
   }
-  const int dumps = copy_dumps(a.inputs, r, a.out);
-  const reports::WrittenReport w = reports::write_report_files(r, a.out);
+  // The merged report set is written into a staging folder of -o and swapped in as a whole.
+  const std::vector<std::optional<fs::path>> sources = find_dumps(a.inputs, r);
+  reports::ReportDirWriter out;
+  if (Status st = out.open(a.out); !st.ok()) throw UsageError("-o: " + st.message());
+  const int dumps = copy_dumps(sources, out);
+  const reports::WrittenReport w = out.commit(r);
   if (!w.status.ok()) throw UsageError(w.status.message());
 
   std::vector<harness::CaseResult> results;

@@ -61,8 +61,8 @@ class Selection {
   // Exactly these case ids, in this order (instead of a suite).
   static Selection case_ids(std::vector<std::string> ids);
 
-  // Keeps the cases whose id matches `regex` (ECMAScript, searched anywhere in the id); several
-  // filters must all match.
+  // Keeps the cases whose id matches `regex` (RE2 syntax, matched in linear time, searched
+  // anywhere in the id); several filters must all match.
   Selection& filter(std::string regex);
   // Drops the cases whose id matches `regex`.
   Selection& exclude(std::string regex);

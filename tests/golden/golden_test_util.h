@@ -108,6 +108,39 @@ inline void set_string_attr(hid_t obj, const char* name, const std::string& v) {
   H5Tclose(t);
 }
 
+// A variable-length string list attribute, replacing one of that name (e.g. input_names).
+inline void set_string_list_attr(hid_t obj, const char* name, const std::vector<std::string>& v) {
+  if (H5Aexists(obj, name) > 0) H5Adelete(obj, name);
+  hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, H5T_VARIABLE);
+  const hsize_t n = v.size();
+  hid_t s = H5Screate_simple(1, &n, nullptr);
+  hid_t a = H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT);
+  std::vector<const char*> p;
+  for (const std::string& x : v) p.push_back(x.c_str());
+  H5Awrite(a, t, p.data());
+  H5Aclose(a);
+  H5Sclose(s);
+  H5Tclose(t);
+}
+
+// The case group's input_names attribute, set to its inputs in creation order.
+inline void sync_input_names(hid_t f, const std::string& group) {
+  hid_t g = H5Gopen2(f, group.c_str(), H5P_DEFAULT);
+  hid_t in = H5Gopen2(g, "inputs", H5P_DEFAULT);
+  H5G_info_t info;
+  H5Gget_info(in, &info);
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    char name[256] = {};
+    H5Lget_name_by_idx(in, ".", H5_INDEX_CRT_ORDER, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT);
+    names.push_back(name);
+  }
+  set_string_list_attr(g, "input_names", names);
+  H5Gclose(in);
+  H5Gclose(g);
+}
+
 struct CliResult {
   int exit_code = -1;
   std::string out, err;

@@ -5,7 +5,9 @@
 // an external program, the verdict error and a clean temporary folder.
 //
 // DELTACHECK_PRINT_TABLE=1 prints each input with the error it got (the table in the README).
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -69,7 +71,7 @@ std::vector<BadArgs> bad_args() {
       {"not an integer", run + quote("gdr(H=two)"), "'two' is not an integer"},
       {"hex integer", run + quote("gdr(seed=0x10)"), "'0x10' is not an integer"},
       {"20-digit integer", run + quote("gdr(seed=99999999999999999999)"),
-       "'99999999999999999999' is not an integer"},
+       "99999999999999999999 is outside [0, 4611686018427387904]"},
       {"integer beyond int64 in a layout", run + quote("gdr(layout=packed[9999999999999999999])"),
        "'9999999999999999999' is not a length or L*N"},
       {"integer out of range", run + quote("gdr(K=0)"), "0 is outside [1, 1024]"},
@@ -116,6 +118,7 @@ std::vector<BadArgs> bad_args() {
       {"--shard N = 0", "run --shard 1/0", "expected I/N with 0 <= I < N"},
       {"--shard I >= N", "run --shard 3/2", "expected I/N with 0 <= I < N"},
       {"--shard not numbers", "run --shard a/b", "expected I/N with 0 <= I < N"},
+      {"--shard N beyond 999999", "run --shard 0/1000000", "at most 999999 shards"},
       {"--fail-on unknown verdict", "run --fail-on bogus", "unknown verdict 'bogus'"},
       {"--progress unknown", "run --progress bogus", "--progress"},
       {"--backend empty", "run --backend ''", "no backend given"},
@@ -203,24 +206,7 @@ hid_t file_type_of(DType t) {
   return H5T_STD_U8LE;
 }
 
-void set_input_names(hid_t g, const std::vector<std::string>& names);
-
-// The case group's input_names attribute, set to its inputs in creation order.
-void sync_input_names(hid_t f, const std::string& group) {
-  hid_t g = H5Gopen2(f, group.c_str(), H5P_DEFAULT);
-  hid_t in = H5Gopen2(g, "inputs", H5P_DEFAULT);
-  H5G_info_t info;
-  H5Gget_info(in, &info);
-  std::vector<std::string> names;
-  for (hsize_t i = 0; i < info.nlinks; ++i) {
-    char name[256] = {};
-    H5Lget_name_by_idx(in, ".", H5_INDEX_CRT_ORDER, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT);
-    names.push_back(name);
-  }
-  set_input_names(g, names);
-  H5Gclose(in);
-  H5Gclose(g);
-}
+using testing::sync_input_names;
 
 // Replaces a dataset with `bytes` in the given dtype and shape, with a matching (forged) SHA-256
 // and input list: only the semantic checks can reject it.
@@ -292,21 +278,6 @@ void edit_values(hid_t f, const std::string& path, DType dtype,
   std::memcpy(v.data(), raw.data(), raw.size());
   edit(v);
   forge_dataset(f, path, dtype, shape, as_bytes(v));
-}
-
-void set_input_names(hid_t g, const std::vector<std::string>& names) {
-  if (H5Aexists(g, "input_names") > 0) H5Adelete(g, "input_names");
-  hid_t t = H5Tcopy(H5T_C_S1);
-  H5Tset_size(t, H5T_VARIABLE);
-  const hsize_t n = names.size();
-  hid_t s = H5Screate_simple(1, &n, nullptr);
-  hid_t a = H5Acreate2(g, "input_names", t, s, H5P_DEFAULT, H5P_DEFAULT);
-  std::vector<const char*> p;
-  for (const std::string& x : names) p.push_back(x.c_str());
-  H5Awrite(a, t, p.data());
-  H5Aclose(a);
-  H5Sclose(s);
-  H5Tclose(t);
 }
 
 const char* kPacked = "gdr(layout=packed[5,0,7],H=1,HV=2,K=8,V=8,dtype=bf16,gate=strong,seed=3)";
@@ -594,18 +565,21 @@ TEST_F(HostileProgram, TemporaryFilesGoToTheCaseFolderAndAreRemovedEvenWhenLocke
 }
 
 TEST_F(HostileProgram, FoldersOfAKilledRunAreRemovedByTheNextRun) {
-  // A folder named after a process that no longer exists (pid 2^22 + 1 is beyond pid_max's
-  // default range), and one of a living process (ours) that must stay.
+  // A folder whose owner is gone (nobody holds its lock), and one of a living run (its lock
+  // held, here by this test) that must stay.
   const std::string stale = dir_ / "tmp/deltacheck-external-4194305-abcdef";
   const std::string alive = dir_ / ("tmp/deltacheck-external-" + std::to_string(getpid()) + "-x");
   std::filesystem::create_directories(stale + "/sub");
   std::filesystem::create_directories(alive);
+  const int lock = ::open(alive.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_EQ(flock(lock, LOCK_EX), 0);
   harness::BackendOptions o;
   o.cmd = "exit 1; : {in} {out}";
   auto backend = harness::make_backend("external", o);
   (void)harness::run_case(*pc_, *backend);
   EXPECT_FALSE(std::filesystem::exists(stale));
   EXPECT_TRUE(std::filesystem::exists(alive));
+  ::close(lock);
   std::filesystem::remove_all(alive);
 }
 
