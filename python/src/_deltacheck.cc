@@ -283,7 +283,8 @@ NB_MODULE(_deltacheck, m) {
   });
   m.def("sequence_lengths", [](const std::string& id) {
     const Case c = deltacheck::parse_case(id);
-    return deltacheck::Layout::parse(c.get("layout")).lengths;
+    const std::vector<int64_t>& lengths = deltacheck::Layout::parse(c.get("layout")).lengths;
+    return std::vector<int64_t>(lengths);
   });
   m.def("short_id",
         [](const std::string& id) { return deltacheck::short_id(deltacheck::parse_case(id)); });
