@@ -4,6 +4,7 @@ suite's gdr cases under pytest. The correct fp32 recurrence passes every case it
 state-not-reset variant gets verdict leak on every multi-sequence case where the bug shows, with
 the reason line and the rerun line in pytest's output."""
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -58,9 +59,11 @@ def test_state_not_reset_leaks_on_every_multi_sequence_case(tmp_path):
             assert outcome == "skipped", case_id
         elif bug_shows(case_id):
             assert outcome == "failed" and text.startswith("LEAK "), (case_id, text)
-            # the reason: against the oracle (the sequence alone passes), or from the probes
-            # where the oracle comparison is within tolerance (a strong gate hides the state)
-            assert "alone passes" in text or "probe isolation: seq" in text, text
+            # the reason: against the oracle (the sequence alone passes), or from a probe that
+            # saw a sequence move where the oracle comparison is within tolerance (a strong gate
+            # hides the state; a callable is not declared batch-invariant, so the probes compare
+            # with the tolerance and name the sequence that moved)
+            assert "alone passes" in text or re.search(r"probe (isolation|alone|order): seq \d+ moved", text), text
             assert "rerun: pytest '" in text and "test_user_kernel.py::test_gdr[gdr(" in text, text
             leaks += 1
         else:
