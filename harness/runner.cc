@@ -167,21 +167,18 @@ BaselineError worst_error(const PreparedCase& pc, const std::string& output, int
                           int64_t end) {
   BaselineError w;
   const std::vector<double>& e = pc.expected.at(output);
-  bool first = true;
   for (const Baseline& b : pc.baselines) {
     const Metrics m = measure(b.values.at(output), e, begin, end);
-    if (first || m.rel_rms > w.metrics.rel_rms) {
-      const double max_abs = first ? m.max_abs : std::max(w.metrics.max_abs, m.max_abs);
-      const int64_t at = first || m.max_abs > w.metrics.max_abs ? m.max_index : w.metrics.max_index;
+    // The largest max |Δ| (and where) over all baselines, the rest from the largest rel_rms.
+    const bool larger_abs = w.name.empty() || m.max_abs > w.metrics.max_abs;
+    const double max_abs = larger_abs ? m.max_abs : w.metrics.max_abs;
+    const int64_t at = larger_abs ? m.max_index : w.metrics.max_index;
+    if (w.name.empty() || m.rel_rms > w.metrics.rel_rms) {
       w.metrics = m;
-      w.metrics.max_abs = max_abs;
-      w.metrics.max_index = at;
       w.name = b.name;
-    } else if (m.max_abs > w.metrics.max_abs) {
-      w.metrics.max_abs = m.max_abs;
-      w.metrics.max_index = m.max_index;
     }
-    first = false;
+    w.metrics.max_abs = max_abs;
+    w.metrics.max_index = at;
   }
   return w;
 }
