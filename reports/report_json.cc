@@ -218,7 +218,9 @@ std::string format_json(const Report& r) {
     totals[b] = t;
   }
   for (const Entry& e : r.entries) {
+    // An entry's backend may be missing from r.backends (a merged or hand-edited report).
     json& t = totals[e.result.backend];
+    if (!t.is_object()) t = json::object();
     const char* v = harness::verdict_name(e.result.verdict);
     t[v] = t.value(v, 0) + 1;
   }

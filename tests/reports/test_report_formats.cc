@@ -195,6 +195,18 @@ TEST(ReportJson, RoundTripsExactlyIncludingNonFiniteNumbers) {
   EXPECT_EQ(format_json(passing).find("token_error"), std::string::npos);
 }
 
+// Found by fuzz_report_merge: an entry whose backend is not among the report's backends (a merged
+// or hand-edited report) made the totals throw ("cannot use value() with null").
+TEST(ReportJson, CountsEntriesOfBackendsTheReportDoesNotList) {
+  Report r = sample_report();
+  r.entries[0].result.backend = "not-listed";
+  const std::string text = format_json(r);
+  EXPECT_NE(text.find("\"not-listed\""), std::string::npos);
+  const LoadedReport back = parse_json(text, "sample");
+  ASSERT_TRUE(back.status.ok()) << back.status.message();
+  EXPECT_EQ(format_json(back.report), text);
+}
+
 TEST(ReportJson, RefusesOtherFilesAndOtherSchemaVersions) {
   EXPECT_FALSE(parse_json("{\"a\": 1}", "x").status.ok());
   EXPECT_FALSE(parse_json("not json", "x").status.ok());
