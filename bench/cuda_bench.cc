@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "kernels/common/half.h"
+#include "core/half.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gated_delta_rule.h"
 

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/common/half.h"
+#include "core/half.h"
 
 namespace deltacheck::cases {
 

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "cases/tensor.h"
+#include "core/half.h"
+#include "core/status.h"
 #include "harness/mask_problem.h"
-#include "kernels/common/half.h"
 #include "kernels/common/mask_params.h"
-#include "kernels/common/status.h"
 
 namespace deltacheck::harness {
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "deltacheck/case.h"
 #include "harness/backend.h"
-#include "kernels/common/status.h"
 
 namespace deltacheck {
 
@@ -35,7 +35,7 @@ namespace deltacheck {
 // cache=prefill or cache=decode, carrying the states the backend returned.
 using Backend = harness::Backend;
 using Support = harness::Support;
-// Status (deltacheck::Status, kernels/common/status.h): Status::Ok(), InvalidArgument(msg),
+// Status (deltacheck::Status, core/status.h): Status::Ok(), InvalidArgument(msg),
 // Unsupported(msg) (verdict unsupported), Internal(msg) (verdict error).
 
 // run() and supports() of a FunctionBackend.

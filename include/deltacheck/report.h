@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "deltacheck/case.h"
 #include "deltacheck/result.h"
-#include "kernels/common/status.h"
 #include "reports/report.h"
 
 namespace deltacheck {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "kernels/common/mask_params.h"
-#include "kernels/common/status.h"
 
 #define DELTACHECK_MASK_BUILDER_API(Name, ns)                                                   \
   struct Name {                                                                                 \

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "kernels/common/mask_params.h"
-#include "kernels/common/status.h"
 
 namespace deltacheck::kernels::cpu {
 

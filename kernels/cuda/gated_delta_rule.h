@@ -15,9 +15,9 @@
 
 #include <cstdint>
 
+#include "core/half.h"
+#include "core/status.h"
 #include "kernels/common/gated_delta_rule_params.h"
-#include "kernels/common/half.h"
-#include "kernels/common/status.h"
 
 namespace deltacheck::kernels::cuda {
 

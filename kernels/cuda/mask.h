@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
+#include "core/status.h"
 #include "kernels/common/mask_params.h"
-#include "kernels/common/status.h"
 
 namespace deltacheck::kernels::cuda {
 

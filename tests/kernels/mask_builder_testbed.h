@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "kernels/common/mask_builder_api.h"
 #include "kernels/common/mask_params.h"
-#include "kernels/common/status.h"
 #include "reference/mask.h"
 
 namespace deltacheck::testbed {

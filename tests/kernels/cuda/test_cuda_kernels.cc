@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common/half.h"
+#include "core/half.h"
 #include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gated_delta_rule.h"
