@@ -1,5 +1,6 @@
-// CPU mask builder: the attention masks of DESIGN.md "Masks" built row by row from allowed key
-// intervals, plus the per-layer-type mapping and the segment derivations. Raw buffers in and out.
+// CPU mask builder: the attention masks of docs/semantics.md "Masks" built row by row from allowed
+// key intervals, plus the per-layer-type mapping and the segment derivations. Raw buffers in and
+// out.
 //
 // Semantics (identical to the reference, which judges this builder bit for bit): query q of batch
 // row b sits at q_abs = q_offset[b] + q; key kv may be attended when every rule switched on allows

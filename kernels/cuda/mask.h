@@ -1,6 +1,6 @@
-// CUDA builders for attention masks and packed-sequence boundaries (DESIGN.md, "Masks"), on raw
-// device buffers. The rules are exactly those of reference/mask.h, which the results are compared
-// to bit for bit:
+// CUDA builders for attention masks and packed-sequence boundaries (docs/semantics.md, "Masks"), on
+// raw device buffers. The rules are exactly those of reference/mask.h, which the results are
+// compared to bit for bit:
 //   causal   kv <= q_abs                                  (q_abs = q_offset[b] + q)
 //   window   kv >  q_abs - W                              (W = sliding_window > 0)
 //   chunk    floor((kv - lp) / C) == floor((q_abs - lp) / C)   (lp = leading zeros of the

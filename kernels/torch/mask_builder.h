@@ -1,6 +1,6 @@
-// LibTorch mask builder: the attention masks of DESIGN.md "Masks" built with ATen tensor ops the
-// way Python frameworks build them (arange comparisons broadcast to [B, 1, q, kv], combined with &,
-// masked_fill for the additive form), then copied to raw buffers. Same API and semantics as
+// LibTorch mask builder: the attention masks of docs/semantics.md "Masks" built with ATen tensor
+// ops the way Python frameworks build them (arange comparisons broadcast to [B, 1, q, kv], combined
+// with &, masked_fill for the additive form), then copied to raw buffers. Same API and semantics as
 // kernels/cpu/mask_builder.h, so the harness can compare both to the reference bit for bit.
 //
 // Semantics: query q of batch row b sits at q_abs = q_offset[b] + q; key kv may be attended when
