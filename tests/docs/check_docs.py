@@ -157,6 +157,7 @@ def run_snippets(args):
         env["PATH"] = os.path.dirname(py) + os.pathsep + env["PATH"]  # a venv's bin/python3
     if args.group == "cpp":  # the user's kernel, which the README does not print
         env["DELTACHECK_DOCS_MY_PROJECT"] = os.path.join(HERE, "my_project")
+        env.setdefault("CTEST_PARALLEL_LEVEL", str(os.cpu_count() or 1))  # its ctest, not ours
     work = workdir(args.source, args.build)
     cwd = work
     if args.group == "python":
