@@ -9,6 +9,9 @@
                                           every docs/... path the sources cite exists
     check_docs.py tree --source DIR       docs/architecture.md's folder table lists exactly the
                                           repository's top-level folders
+    check_docs.py ci --source DIR         the README's `ci` commands are steps of .ci/run, every
+                                          block is marked, the README has at most 200 lines and
+                                          "Check your own kernel" starts on its first screen
     check_docs.py self-test               shows that each check above can fail
 
 Every fenced block of README.md carries a marker on the line before it:
@@ -220,6 +223,24 @@ def check_ci(source):
     return problems
 
 
+MAX_README_LINES = 200  # a front door, not a manual (issue #18)
+FIRST_SCREEN = 60       # "Check your own kernel" starts within it (issue #20)
+
+
+def front_door_problems(readme):
+    with open(readme, encoding="utf-8") as f:
+        lines = f.read().rstrip("\n").split("\n")
+    problems = []
+    if len(lines) > MAX_README_LINES:
+        problems.append(f"README.md: {len(lines)} lines, more than {MAX_README_LINES}: move the "
+                        "detail into docs/")
+    heading = [n for n, l in enumerate(lines, 1) if l.startswith("## Check your own kernel")]
+    if not heading or heading[0] > FIRST_SCREEN:
+        problems.append(f"README.md: '## Check your own kernel' is not within the first "
+                        f"{FIRST_SCREEN} lines")
+    return problems
+
+
 def slug(heading):
     """GitHub's anchor for a heading."""
     h = re.sub(r"[^\w\- ]", "", heading.strip().lower())
@@ -354,6 +375,11 @@ def self_test():
         assert any("docs/nothing.md" in p for p in problems), problems
         assert any("k.h:1: cites DESIGN.md" in p for p in problems), problems
         assert len(unmarked(os.path.join(d, "README.md"))) == 1
+        assert any("Check your own kernel" in p
+                   for p in front_door_problems(os.path.join(d, "README.md")))
+        with open(os.path.join(d, "README.md"), "a") as f:
+            f.write("x\n" * MAX_README_LINES)
+        assert any("more than" in p for p in front_door_problems(os.path.join(d, "README.md")))
         with open(os.path.join(d, "docs", "architecture.md"), "w") as f:
             f.write("<!-- folders:begin -->\n| `docs/` | x |\n| `gone/` | y |\n"
                     "<!-- folders:end -->\n")
@@ -384,8 +410,9 @@ def main():
     if args.command == "tree":
         return report(tree_problems(args.source), "folder table")
     if args.command == "ci":
-        return report(unmarked(os.path.join(args.source, "README.md")) + check_ci(args.source),
-                      "README's CI commands and snippet markers")
+        readme = os.path.join(args.source, "README.md")
+        return report(unmarked(readme) + check_ci(args.source) + front_door_problems(readme),
+                      "README's CI commands, snippet markers, length and first screen")
     return self_test()
 
 
