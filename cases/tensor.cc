@@ -255,8 +255,8 @@ void fill_bits_serial(uint8_t* p, int64_t n, U bits) {
 }
 
 // Filling is memory-bound: outputs of 1 MiB and more are filled by every hardware thread (the
-// harness poisons every output of every case, README: Speed; the threads are kept waiting, see
-// core/parallel_for.h).
+// harness poisons every output of every case, docs/performance.md; the threads are kept waiting,
+// see core/parallel_for.h).
 template <typename U>
 void fill_bits(uint8_t* p, int64_t n, U bits) {
   constexpr int64_t kParallelBytes = int64_t{1} << 20;

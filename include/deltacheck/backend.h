@@ -30,7 +30,7 @@ namespace deltacheck {
 //   bool deliberately_wrong() const;          // default false
 //   bool deliberately_correct() const;        // default false (the false-positive panel)
 // run() writes every tensor of `outputs`; the names, shapes and dtypes are fixed by the
-// operation (DESIGN.md; for gdr see deltacheck/gdr.h). Cases of multi-call cache modes
+// operation (docs/semantics.md; for gdr see deltacheck/gdr.h). Cases of multi-call cache modes
 // (chunked prefill, dynamic decode) are driven by deltacheck as several run() calls, each with
 // cache=prefill or cache=decode, carrying the states the backend returned.
 using Backend = harness::Backend;

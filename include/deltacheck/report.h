@@ -1,7 +1,7 @@
 // Reports of results: the console lines `deltacheck run` prints, the gate (which verdicts fail a
 // run), and the report files — report.json, junit.xml (CI test reports), summary.md (a job
 // summary) and report.html (one self-contained page) — from one Report model, written the way
-// `deltacheck run --report-dir` writes them (README: "Reports for CI and for kernel developers").
+// `deltacheck run --report-dir` writes them (docs/reports.md).
 #pragma once
 
 #include <optional>

@@ -1,4 +1,5 @@
-// CUDA kernels for the gated delta rule on raw device buffers (DESIGN.md, "Gated delta rule").
+// CUDA kernels for the gated delta rule on raw device buffers (docs/semantics.md, "Gated delta
+// rule").
 //
 // chunked_gated_delta_rule: the chunked (WY / UT-transform) form for prefill, one CTA per
 // (sequence, value head, block of 32 value columns), the state slice in shared memory, chunks of
