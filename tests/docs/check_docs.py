@@ -56,6 +56,21 @@ class Block:
         self.arg = (marker.group("arg") or "").strip() if marker else ""
 
 
+
+def source_files(source):
+    """(folder, names) of the repository's files: git's tracked and untracked-but-not-ignored files
+    in a checkout (generated reports, venvs and build folders are ignored), else every file."""
+    try:
+        out = subprocess.run(["git", "-C", source, "ls-files", "-co", "--exclude-standard"],
+                             capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return [(folder, files) for folder, _, files in os.walk(source)]
+    by_folder = {}
+    for rel in out.splitlines():
+        by_folder.setdefault(os.path.join(source, os.path.dirname(rel)), []).append(
+            os.path.basename(rel))
+    return sorted(by_folder.items())
+
 def blocks(path):
     """The fenced blocks of a Markdown file, each with the marker on the line before it."""
     with open(path, encoding="utf-8") as f:
@@ -278,7 +293,7 @@ def link_problems(source):
                 problems.append(f"{rel}: link to {target}: no heading '#{anchor}' in "
                                 f"{os.path.relpath(full, source)}")
     # docs/... paths that source files and headers cite.
-    for folder, _, files in os.walk(source):
+    for folder, files in source_files(source):
         parts = os.path.relpath(folder, source).split(os.sep)
         if parts[0] in ("docs", "third_party") or any(
                 p.startswith(("build", ".")) and p != "." or p == "__pycache__" for p in parts):
