@@ -162,18 +162,27 @@ def run(args):
             verdicts[name] = "adapter --describe failed"
             continue
         unavailable = facts[name].get("unavailable", "")
-        gpu[name] = "unavailable" not in facts[name]  # a GPU-only kernel that can run
+        # A Triton kernel runs on a GPU ("device": "cuda", judged against expect_gpu) or under
+        # Triton's interpreter on CPU tensors ("interpreter"); the device goes into the command
+        # (so every report names it) and a GPU's TF32 matmuls are declared.
+        device = facts[name].get("device")
+        gpu[name] = device == "cuda"
+        where = ["--device", device] if device else []
         cases = sorted({c for fam in peer["families"] for c in fam["cases"]})
         report = os.path.join(args.out, name)
         cmd = [args.deltacheck, "run", "--backend", "external", "--no-probes", "--quiet",
                "--progress", "lines", "--jobs", str(args.jobs), "--timeout", str(args.timeout),
                "--report-dir", report, "--max-dumps", "5",
-               "--cmd", " ".join(shlex.quote(a) for a in [python, script] + adapter[1:])
+               "--cmd", " ".join(shlex.quote(a) for a in [python, script] + adapter[1:] + where)
                + " {in} {out}"]
+        if facts[name].get("matmul_precision") == "tf32":
+            cmd += ["--matmul-precision", "tf32"]
         for c in cases:
             cmd += ["--case", c]
         what = facts[name].get("implementation", unavailable)
         print(f"peers: {name}: {len(cases)} cases: {what}", flush=True)
+        if facts[name].get("emulation"):
+            print(f"    {facts[name]['emulation']}", flush=True)
         done = subprocess.run(cmd, capture_output=True, text=True)
         with open(os.path.join(args.out, f"{name}.log"), "w") as f:
             f.write(done.stdout + done.stderr)
@@ -195,8 +204,11 @@ def run(args):
     lines += [f"| {p} | {f} | {w} | {g} | {s} |" for p, f, w, g, s in rows]
     table = "\n".join(lines) + "\n"
     print("\n" + table)
+    ran_on = [f"- {p}: {f['device']}" + (f" ({f['emulation']})" if f.get("emulation") else "")
+              for p, f in sorted(facts.items()) if f.get("device")]
     with open(os.path.join(args.out, "findings.md"), "w") as f:
-        f.write("# Peer findings\n\n" + table)
+        f.write("# Peer findings\n\n" + table + ("\nWhere the Triton kernels ran:\n\n" +
+                                                  "\n".join(ran_on) + "\n" if ran_on else ""))
     with open(os.path.join(args.out, "findings.json"), "w") as f:
         json.dump({"peers": facts, "status": status, "rows": [
             dict(zip(("peer", "family", "pinned", "now", "status"), r)) for r in rows]},
