@@ -8,6 +8,8 @@
         (in either direction) or a peer did not run as it should; 0 otherwise, also when a peer
         is skipped because scripts/peers-setup.sh could not install its packages (a banner says
         so). Writes findings.md and findings.json (versions, what ran, verdicts) into --out.
+        --long: also the families marked "long" (minutes of CPU each: FLA's Triton kernels
+        under Triton's interpreter); without it they are listed as "long (not run)".
     peers_check.py table                     prints the README's findings table from the file
     peers_check.py check-readme README.md    exit 1 when the README's table is not that table
     peers_check.py self-test                 shows that a changed finding and a stale README
@@ -46,6 +48,8 @@ def render_table(doc):
             if "expect_gpu" in fam:
                 gpu = fam["expect_gpu"]
                 finding += f" (GPU: {'**' + gpu + '**' if gpu else 'not pinned'})"
+            if fam.get("long"):
+                finding += " (`--long`)"
             rows.append(f"| {peer['name']} | {fam['family']} | {finding} | `{fam['show']}` | "
                         f"{fam.get('note', '')} |")
     return "\n".join(rows) + "\n"
@@ -74,9 +78,10 @@ def family_verdict(verdicts):
     return distinct[0] if len(distinct) == 1 else "mixed(" + ",".join(distinct) + ")"
 
 
-def compare(doc, verdicts_by_peer, gpu_by_peer):
+def compare(doc, verdicts_by_peer, gpu_by_peer, long=True):
     """Rows (peer, family, expected, got, status) with status ok | CHANGED | not pinned |
-    skipped; verdicts_by_peer[peer] is {case id: verdict} or a string (why it was skipped)."""
+    skipped | long (not run); verdicts_by_peer[peer] is {case id: verdict} or a string (why it
+    was skipped)."""
     rows = []
     for peer in doc["peers"]:
         got = verdicts_by_peer.get(peer["name"])
@@ -84,6 +89,9 @@ def compare(doc, verdicts_by_peer, gpu_by_peer):
             want = fam["expect"]
             if gpu_by_peer.get(peer["name"]) and "expect_gpu" in fam:
                 want = fam["expect_gpu"]
+            if fam.get("long") and not long:
+                rows.append((peer["name"], fam["family"], want or "-", "-", "long (not run)"))
+                continue
             if isinstance(got, str) or got is None:
                 rows.append((peer["name"], fam["family"], want or "-", "-", "skipped"))
                 continue
@@ -168,7 +176,11 @@ def run(args):
         device = facts[name].get("device")
         gpu[name] = device == "cuda"
         where = ["--device", device] if device else []
-        cases = sorted({c for fam in peer["families"] for c in fam["cases"]})
+        cases = sorted({c for fam in peer["families"] for c in fam["cases"]
+                        if args.long or not fam.get("long")})
+        if not cases:  # only long families: no --case would mean the default suite
+            verdicts[name] = {}
+            continue
         report = os.path.join(args.out, name)
         cmd = [args.deltacheck, "run", "--backend", "external", "--no-probes", "--quiet",
                "--progress", "lines", "--jobs", str(args.jobs), "--timeout", str(args.timeout),
@@ -198,7 +210,8 @@ def run(args):
             if r["verdict"] != "pass":
                 print(f"    {r['verdict']:<12}{r['case_id']}\n    {'':<12}{r.get('message', '')}",
                       flush=True)
-    rows = [r for r in compare(doc, verdicts, gpu) if not args.peer or r[0] in args.peer]
+    rows = [r for r in compare(doc, verdicts, gpu, args.long)
+            if not args.peer or r[0] in args.peer]
     changed = [r for r in rows if r[4] == "CHANGED"]
     lines = ["| peer | case family | pinned | now | |", "| --- | --- | --- | --- | --- |"]
     lines += [f"| {p} | {f} | {w} | {g} | {s} |" for p, f, w, g, s in rows]
@@ -224,6 +237,10 @@ def run(args):
     skipped = sorted({r[0] for r in rows if r[4] == "skipped"})
     if skipped:
         print(f"peers: skipped (packages not installed): {', '.join(skipped)}")
+    long = sum(r[4] == "long (not run)" for r in rows)
+    if long:
+        print(f"peers: {long} long famil{'y' if long == 1 else 'ies'} not run "
+              "(scripts/peers-check.sh --long runs them)")
     print(f"peers: {sum(r[4] in ('ok', 'not pinned') for r in rows)} passed, {len(changed)} "
           f"failed, {sum(r[4] == 'skipped' for r in rows)} skipped")  # (peer, family) pairs
     return 1 if changed or problems else 0
@@ -248,6 +265,10 @@ def self_test():
                                                   {peer["name"]: missing}, {}))
     skipped = compare({"peers": [peer]}, {peer["name"]: "not installed"}, {})
     assert all(r[4] == "skipped" for r in skipped)
+    long_peer = json.loads(json.dumps(peer))
+    long_peer["families"][0]["long"] = True  # not run without --long: not a change, not a pass
+    rows = compare({"peers": [long_peer]}, {peer["name"]: {}}, {}, long=False)
+    assert rows[0][4] == "long (not run)" and rows[1][4] == "CHANGED", rows
     with tempfile.TemporaryDirectory() as d:
         readme = os.path.join(d, "README.md")
         with open(readme, "w") as f:
@@ -259,7 +280,7 @@ def self_test():
         with open(readme, "w") as f:
             f.write("# no table\n")
         assert check_readme(readme, doc) is not None
-    print("peers_check self-test: 4 passed, 0 failed")
+    print("peers_check self-test: 5 passed, 0 failed")
     return 0
 
 
@@ -274,6 +295,8 @@ def main():
     r.add_argument("--jobs", type=int, default=2)
     r.add_argument("--timeout", type=float, default=300)
     r.add_argument("--peer", action="append", help="only this peer (repeatable)")
+    r.add_argument("--long", action="store_true",
+                   help='also the families marked "long" (local runs; CI runs the rest)')
     t = sub.add_parser("table", help="print the README table")
     t.add_argument("--expected", default=EXPECTED)
     c = sub.add_parser("check-readme", help="compare the README table with the file")

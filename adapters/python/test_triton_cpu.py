@@ -72,6 +72,27 @@ def loop_kernel(out, n):
     tl.store(out + tl.arange(0, 1), acc)
 
 
+@triton.jit
+def twice_plus_one(x):
+    return x * 2 + 1
+
+
+@triton.jit
+def device_call_kernel(out):
+    acc = tl.zeros([1], dtype=tl.int32)
+    for _ in tl.static_range(4):
+        acc = twice_plus_one(acc)
+    tl.store(out + tl.arange(0, 1), acc)
+
+
+@triton.jit
+def inline_kernel(out):  # device_call_kernel without the device function
+    acc = tl.zeros([1], dtype=tl.int32)
+    for _ in tl.static_range(4):
+        acc = acc * 2 + 1
+    tl.store(out + tl.arange(0, 1), acc)
+
+
 @triton.autotune(configs=[triton.Config({"BLOCK": 4}), triton.Config({"BLOCK": 8})], key=["n"])
 @triton.jit
 def tuned_kernel(out, n, BLOCK: tl.constexpr):
@@ -154,6 +175,28 @@ class Patches(unittest.TestCase):
 
     def test_loop_variables_are_tensors(self):
         self.assertEqual(run_loop(), 24)
+
+    def test_device_functions_reuse_the_kernels_language_patches(self):
+        import triton.runtime.interpreter as interp
+        out, inline = torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+        device_call_kernel[(1,)](out)  # first launches rewrite the kernels: not counted
+        inline_kernel[(1,)](inline)
+        patch_builtin, calls = interp._patch_builtin, []
+
+        def counting(*args):
+            calls.append(1)
+            return patch_builtin(*args)
+        interp._patch_builtin = counting
+        try:
+            device_call_kernel[(1,)](out)
+            with_calls = len(calls)
+            del calls[:]
+            inline_kernel[(1,)](inline)
+        finally:
+            interp._patch_builtin = patch_builtin
+        self.assertEqual((int(out[0]), int(inline[0])), (15, 15))
+        # Four device calls patched nothing more than the same kernel without them.
+        self.assertEqual(with_calls, len(calls))
 
     def test_autotune_keeps_the_first_config(self):
         out = torch.zeros(8, dtype=torch.int32)
