@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The peer suite's driver and its pinned findings (standard library only; any python3 runs it).
 
-    peers_check.py run --deltacheck build/deltacheck --venv VENV --out reports/peers
+    peers_check.py run --deltacheck build/deltacheck --venv VENV|--python PY --out reports/peers
         Runs every peer of adapters/python/expected-findings.json on its cases through
         `deltacheck run --backend external`, one report directory per peer, and compares the
         verdict of every (peer, case family) with the pinned one. Exit 1 when any finding changed
@@ -141,8 +141,12 @@ def run(args):
             if canonical(args.deltacheck, [fam["show"]]) != fam["cases"][:1]:
                 raise SystemExit(f"peers: {peer['name']} / {fam['family']}: show "
                                  f"{fam['show']} is not the first case")
-    status = read_status(args.venv)
-    python = os.path.join(args.venv, "bin", "python")
+    if args.python:  # an environment of one's own (a GPU machine): no setup record to read
+        status = {g: ("ok", args.python) for g in {"base"} | {p["group"] for p in doc["peers"]}}
+        python = args.python
+    else:
+        status = read_status(args.venv)
+        python = os.path.join(args.venv, "bin", "python")
     os.makedirs(args.out, exist_ok=True)
     verdicts, gpu, facts, problems = {}, {}, {}, []
     for peer in doc["peers"]:
@@ -289,7 +293,10 @@ def main():
     sub = ap.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run the peer suite and compare with the pinned findings")
     r.add_argument("--deltacheck", required=True)
-    r.add_argument("--venv", required=True, help="made by scripts/peers-setup.sh")
+    where = r.add_mutually_exclusive_group(required=True)
+    where.add_argument("--venv", help="made by scripts/peers-setup.sh")
+    where.add_argument("--python", help="or this interpreter, with the peers' packages installed "
+                                        "(scripts/gpu-check.sh)")
     r.add_argument("--out", default="reports/peers")
     r.add_argument("--expected", default=EXPECTED)
     r.add_argument("--jobs", type=int, default=2)

@@ -261,3 +261,49 @@ def _retype(t, handle, scalar):
     import triton.language as tl
     ty = tl.block_type(scalar, list(t.type.shape)) if t.type.is_block() else scalar
     return tl.tensor(handle, ty)
+
+
+def main():
+    """`python triton_cpu.py [--T 128] [--seqs 1]`: seconds per call (CPU and wall, the second of
+    two calls) of FLA's two Triton kernels on CPU tensors under the helped interpreter."""
+    import argparse
+    import inspect
+    import time
+    import warnings
+    ap = argparse.ArgumentParser(description=main.__doc__.split(":")[0])
+    ap.add_argument("--T", type=int, default=128, help="tokens (default 128)")
+    ap.add_argument("--seqs", type=int, default=1, help="packed sequences (cu_seqlens)")
+    ap.add_argument("--H", type=int, default=2)
+    ap.add_argument("--HV", type=int, default=2)
+    ap.add_argument("--K", type=int, default=64, help="K = V (default 64)")
+    args = ap.parse_args()
+    facts = enable()
+    import torch
+    torch.set_num_threads(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fla.ops.gated_delta_rule import (chunk_gated_delta_rule,
+                                              fused_recurrent_gated_delta_rule)
+    g = torch.Generator().manual_seed(0)
+    T, H, HV, K = args.T, args.H, args.HV, args.K
+    cu = torch.linspace(0, T, args.seqs + 1).long() if args.seqs > 1 else None
+    print(f"FLA on CPU tensors, Triton {facts['triton']} interpreter: T={T}, "
+          f"{args.seqs} sequence(s), H={H}, HV={HV}, K=V={K}, l2 norm in the kernel")
+    for name, fn in (("chunk_gated_delta_rule", chunk_gated_delta_rule),
+                     ("fused_recurrent_gated_delta_rule", fused_recurrent_gated_delta_rule)):
+        for dtype in (torch.float32, torch.bfloat16):
+            q, k = (torch.randn(1, T, H, K, generator=g).to(dtype) for _ in range(2))
+            v = torch.randn(1, T, HV, K, generator=g).to(dtype)
+            kw = dict(q=q, k=k, v=v, g=-torch.rand(1, T, HV, generator=g),
+                      beta=torch.rand(1, T, HV, generator=g).to(dtype), output_final_state=True,
+                      use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
+            inspect.unwrap(fn)(**kw)
+            cpu, wall = time.process_time(), time.perf_counter()
+            inspect.unwrap(fn)(**kw)
+            print(f"  {name:34} {str(dtype).split('.')[1]:9} "
+                  f"{time.process_time() - cpu:6.2f} s CPU {time.perf_counter() - wall:6.2f} s wall")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
