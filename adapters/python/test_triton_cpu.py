@@ -58,6 +58,7 @@ def arith_kernel(x, y, out, N: tl.constexpr):
 def cast_kernel(x, out, N: tl.constexpr):
     o = tl.arange(0, N)
     tl.store(out + o, tl.load(x + o).to(tl.bfloat16))
+    tl.store(out + N + o, tl.load(x + o).to(tl.bfloat16, fp_downcast_rounding="rtz"))
 
 
 @triton.jit
@@ -133,10 +134,11 @@ def run_cast():
     # down to 1, 1 + 3 * 2^-8 (a tie) up to 1 + 2^-6, and 1 + 2^-8 + 2^-20 up.
     x = np.array([1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, 1 + 2.0 ** -8 + 2.0 ** -20, -3.14159265,
                   65504.7, 1e-39, np.inf, -np.inf], np.float32)
-    out = torch.zeros(8, dtype=torch.bfloat16)
+    out = torch.zeros(16, dtype=torch.bfloat16)
     cast_kernel[(1,)](torch.tensor(x), out, N=8)
-    want = torch.tensor(x).bfloat16()
-    return int((out.view(torch.int16) != want.view(torch.int16)).sum())
+    nearest = torch.tensor(x).bfloat16().view(torch.int16)
+    toward_zero = torch.tensor(x.view(np.int32) >> 16).to(torch.int16)  # rounding="rtz"
+    return int((out.view(torch.int16) != torch.cat([nearest, toward_zero])).sum())
 
 
 def run_loop():

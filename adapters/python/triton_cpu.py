@@ -16,7 +16,7 @@ interpreter and autotuner modules at run time (triton 3.x, checked with 3.9.0):
              compiled Triton, the loop variable becomes an int32 scalar tensor.
              `tl.static_range` keeps Python ints (compile-time constants in Triton too).
   bf16       the interpreter holds bf16 as its raw 16 bits (uint16) and computes on them as
-             integers: `tl.dot`, arithmetic, comparisons, math functions and reductions on bf16
+             integers: `tl.dot`, arithmetic, negation, comparisons, fma and reductions on bf16
              are silently wrong, and fp32 -> bf16 truncates. Every such operation widens its bf16
              operands to fp32 (exact), computes, and rounds a bf16 result to nearest even, as a
              GPU's cvt.rn.bf16.f32 does; `tl.dot` on bf16 operands accumulates in fp32, as tensor
@@ -63,7 +63,8 @@ def f32_to_bf16_bits(x):
 def enable():
     """Turns the interpreter on and applies the patches; returns facts about what runs
     (versions, the patches, the emulation note). Idempotent. Raises RuntimeError when a Triton
-    kernel module was imported before (its kernels were compiled for a GPU then)."""
+    kernel module was imported before without the interpreter (its kernels would not be
+    interpreted)."""
     global _enabled
     if _enabled is not None:
         return _enabled
@@ -83,7 +84,8 @@ def enable():
     _reuse_language_patches(interp)
     _enabled = {"triton": triton.__version__, "interpreter": True,
                 "patches": ["autotune: first config", "loops: int32 tensor loop variables",
-                            "bf16: fp32 arithmetic, round to nearest even"],
+                            "bf16: fp32 arithmetic, round to nearest even",
+                            "speed: device functions reuse the kernel's language patches"],
                 "emulation": EMULATION}
     return _enabled
 
