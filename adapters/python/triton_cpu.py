@@ -234,7 +234,7 @@ def _patch_bf16(interp):
 def _reuse_language_patches(interp):
     """Speed only. The interpreter re-patches triton.language (inspect.getmembers over tl,
     tl.core, tl.math, tl.tensor) at every call of a @triton.jit device function made from a
-    kernel (FLA's exp2, safe_dot, ...): a quarter of FLA's chunk time. While a kernel runs, the
+    kernel (FLA's exp2, safe_dot, ...): a third of FLA's chunk time. While a kernel runs, the
     modules it patched stay patched, so a device function whose language modules are among them
     needs nothing more; the kernel's own restore() ends that."""
     import triton.language as tl
