@@ -310,6 +310,32 @@ class FlaKernels(unittest.TestCase):
         self.check("fused_recurrent", [12], torch.bfloat16, 1e-2)
 
 
+@unittest.skipIf(BARE, "the child process")
+class Adapter(unittest.TestCase):
+    """fla_gdr.py's Triton path: outputs a kernel allocates and never writes come back NaN."""
+
+    def test_unwritten_outputs_are_nan(self):
+        import fla_gdr
+
+        class FakeCase:  # what run_kernel reads of a dc_protocol.Case
+            inputs = {n: np.zeros((1, 4, 2, 8), np.float32) for n in ("q", "k", "v")}
+            inputs.update(g=np.zeros((1, 4, 2), np.float32), beta=np.zeros((1, 4, 2), np.float32))
+            dtypes = {n: "fp32" for n in inputs}
+            outputs = {"o": ("fp32", (1, 4, 2, 8))}
+
+            def param(self, key, default=None):
+                return default
+
+        def lazy_kernel(q, **_):  # allocates its output and writes none of it
+            return torch.empty(1 << 16)[:q.numel()].view(q.shape), None
+        try:
+            out = fla_gdr.run_kernel(FakeCase(), lazy_kernel, "interpreter")
+        finally:
+            torch.utils.deterministic.fill_uninitialized_memory = False
+            torch.use_deterministic_algorithms(False)
+        self.assertTrue(bool(torch.isnan(out["o"]).all()))
+
+
 if __name__ == "__main__":
     if "--bare" in sys.argv:
         sys.exit(bare_main())
