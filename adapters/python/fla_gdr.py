@@ -18,9 +18,10 @@ docs/peers.md); `auto` (the default) takes cuda when torch sees a GPU, else the 
 is emulated (attributes "implementation", "versions", "device", "emulation"); `--describe` prints
 the same facts, with "matmul_precision" for deltacheck's `--matmul-precision`.
 
-Conventions, and what the adapter converts (DESIGN.md is the contract):
-  Triton kernels: DESIGN.md's conventions are FLA's own. q, k [B,T,H,K], v [B,T,HV,V], g and
-    beta [B,T,HV], GVA value head i -> q/k head i // (HV/H), scale K^-0.5 (scale=None),
+Conventions, and what the adapter converts (docs/semantics.md is the contract):
+  Triton kernels: the conventions of docs/semantics.md are FLA's own. q, k [B,T,H,K],
+    v [B,T,HV,V], g and beta [B,T,HV], GVA value head i -> q/k head i // (HV/H), scale K^-0.5
+    (scale=None),
     use_qk_l2norm_in_kernel = the case's l2, cu_seqlens (int64) for packed layouts,
     initial_state / final_state [N,HV,K,V] fp32. Inputs go to the device as they are; no
     conversion. torch.empty is NaN-filled while they run (torch's fill_uninitialized_memory), so
@@ -32,7 +33,7 @@ Conventions, and what the adapter converts (DESIGN.md is the contract):
       zero-length sequences are not called (their final state is their initial state);
     - GVA: v has as many heads as q/k; q and k are repeat_interleave'd to HV heads (blocked);
     - L2 norm: none inside; with l2=1 the adapter normalizes q and k in fp32,
-      x / sqrt(sum x^2 + 1e-6) (DESIGN.md's and FLA's l2norm);
+      x / sqrt(sum x^2 + 1e-6) (docs/semantics.md's and FLA's l2norm);
     - argument order differs between the two (naive_recurrent: q, k, v, beta, g); passed by name;
     - outputs come back in fp32 and are rounded once to the case's dtype when written.
   Not supported (declined): cache=pool / spec (states addressed through slot indices: none of

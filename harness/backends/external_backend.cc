@@ -327,9 +327,9 @@ void kill_everything(pid_t program) {
 
 // Runs `cmd` through /bin/sh under a guard (above), stdin from /dev/null and stdout/stderr to
 // files; after `timeout_s` the guard is told to stop, and kills everything the program started.
-golden::StatusOr<Exit> run_program(const std::string& cmd, double timeout_s,
-                                   const std::string& out_path, const std::string& err_path,
-                                   const std::string& tmpdir, uint64_t max_file_bytes) {
+StatusOr<Exit> run_program(const std::string& cmd, double timeout_s, const std::string& out_path,
+                           const std::string& err_path, const std::string& tmpdir,
+                           uint64_t max_file_bytes) {
   const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
   // The environment, with TMPDIR set to the case's folder (built before fork: the child may
   // only make async-signal-safe calls).
@@ -456,7 +456,7 @@ class ExternalBackend : public Backend {
     uint64_t out_bytes = 0;
     for (const cases::Tensor& t : outputs.all()) out_bytes += t.nbytes();
     const uint64_t max_file = 4 * out_bytes + (uint64_t{64} << 20);
-    golden::StatusOr<Exit> e =
+    StatusOr<Exit> e =
         run_program(cmd, timeout_s_, dir.path() + "/stdout.txt", err_path, dir.path(), max_file);
     if (!e.ok()) return e.status();
     const std::string said = last_line(err_path);
