@@ -163,6 +163,33 @@ GatedDeltaRuleResult recurrent(const GatedDeltaRuleArgs& a, Rounding output) {
   return r;
 }
 
+// s[j] = sum over m in [0, rows) of coef[m] * M[m * stride + j], for j < cols: each sum from zero
+// in increasing m, as a dot product computes it, with the sums of all j side by side (vectorized
+// without reordering any of them); with `accumulate`, the sums start from s's values instead. Four
+// rows per pass keep s in registers longer; each element's additions stay in order (the reference
+// is built without contraction into FMA).
+template <typename T>
+void combine_rows(const T* coef, int64_t rows, const T* M, int64_t stride, int64_t cols,
+                  T* __restrict s, bool accumulate = false) {
+  if (!accumulate)
+    for (int64_t j = 0; j < cols; ++j) s[j] = T(0);
+  int64_t m = 0;
+  for (; m + 4 <= rows; m += 4) {
+    const T c0 = coef[m], c1 = coef[m + 1], c2 = coef[m + 2], c3 = coef[m + 3];
+    const T* __restrict r0 = M + m * stride;
+    const T* __restrict r1 = r0 + stride;
+    const T* __restrict r2 = r1 + stride;
+    const T* __restrict r3 = r2 + stride;
+    for (int64_t j = 0; j < cols; ++j)
+      s[j] = (((s[j] + c0 * r0[j]) + c1 * r1[j]) + c2 * r2[j]) + c3 * r3[j];
+  }
+  for (; m < rows; ++m) {
+    const T cm = coef[m];
+    const T* __restrict row = M + m * stride;
+    for (int64_t j = 0; j < cols; ++j) s[j] += cm * row[j];
+  }
+}
+
 // The chunked form in compute type T (see Formulation::kChunked). With operands and stored both
 // kNone it is the plain chunked algorithm; a rounding models where a tensor-core kernel reads
 // matmul operands in a narrower format (`op`) and keeps intermediates in the activation dtype
@@ -199,7 +226,8 @@ GatedDeltaRuleResult chunked(const GatedDeltaRuleArgs& a, const Arithmetic& how)
     // elements (sums of different outputs side by side), which the compiler vectorizes without
     // reordering any sum: the bits are those of one dot product at a time. KcT is k transposed
     // ([K][C]) for the dot products of every pair of tokens; acc holds sums in progress.
-    std::vector<T> KcT(K * C), acc(std::max({C, K, V}));
+    // D holds the rows of v_new that update the state, decayed to the chunk end.
+    std::vector<T> KcT(K * C), acc(std::max({C, K, V})), D(C * V);
     for (int64_t c0 = 0; c0 < L.length; c0 += C) {
       const int64_t n = std::min(C, L.length - c0);
       T cum = T(0);
@@ -221,22 +249,7 @@ GatedDeltaRuleResult chunked(const GatedDeltaRuleArgs& a, const Arithmetic& how)
       T* const s = acc.data();
       // s[j] = x . k_j for the tokens j < count (x: K values), each sum over i in order.
       auto dots_with_keys = [&](const T* x, int64_t count) {
-        for (int64_t j = 0; j < count; ++j) s[j] = T(0);
-        for (int64_t i = 0; i < K; ++i) {
-          const T xi = x[i];
-          const T* kt = &KcT[i * C];
-          for (int64_t j = 0; j < count; ++j) s[j] += xi * kt[j];
-        }
-      };
-      // s[j] = sum over m in [0, rows) of coef[m] * M[m][j], for j < cols (row stride `stride`).
-      auto combine_rows = [&](const T* coef, int64_t rows, const T* M, int64_t stride,
-                              int64_t cols) {
-        for (int64_t j = 0; j < cols; ++j) s[j] = T(0);
-        for (int64_t m = 0; m < rows; ++m) {
-          const T cm = coef[m];
-          const T* row = M + m * stride;
-          for (int64_t j = 0; j < cols; ++j) s[j] += cm * row[j];
-        }
+        combine_rows(x, K, KcT.data(), C, count, s);
       };
       // A_tj = beta_t exp(G_t - G_j) (k_t . k_j), j < t; T = (I + A)^-1 by forward substitution.
       for (int64_t t = 0; t < n; ++t) {
@@ -264,15 +277,15 @@ GatedDeltaRuleResult chunked(const GatedDeltaRuleArgs& a, const Arithmetic& how)
         for (int64_t j = 0; j < V; ++j) VB[t * V + j] = R(op, R(st, Vc[t * V + j] * B[t]));
       }
       for (int64_t t = 0; t < n; ++t) {
-        combine_rows(&Tm[t * n], t + 1, KB.data(), K, K);
+        combine_rows(&Tm[t * n], t + 1, KB.data(), K, K, s);
         for (int64_t i = 0; i < K; ++i) W[t * K + i] = R(op, R(st, s[i]));
-        combine_rows(&Tm[t * n], t + 1, VB.data(), V, V);
+        combine_rows(&Tm[t * n], t + 1, VB.data(), V, V, s);
         for (int64_t j = 0; j < V; ++j) U[t * V + j] = R(st, s[j]);
       }
       // The state as a matmul operand; v_new = u - w S.
       for (int64_t i = 0; i < K * V; ++i) Sop[i] = R(op, R(st, S[i]));
       for (int64_t t = 0; t < n; ++t) {
-        combine_rows(&W[t * K], K, Sop.data(), V, V);
+        combine_rows(&W[t * K], K, Sop.data(), V, V, s);
         for (int64_t j = 0; j < V; ++j) Vn[t * V + j] = R(op, R(st, U[t * V + j] - s[j]));
       }
       // o = scale (exp(G) q S + (q k^T * decay)_{j<=t} v_new)
@@ -280,7 +293,7 @@ GatedDeltaRuleResult chunked(const GatedDeltaRuleArgs& a, const Arithmetic& how)
         const int64_t pos = L.token_begin + c0 + t;
         const int64_t tok = (L.batch_row * a.seq_len + pos) * HV + L.value_head;
         const T eg = std::exp(G[t]);
-        combine_rows(&Q[t * K], K, Sop.data(), V, V);
+        combine_rows(&Q[t * K], K, Sop.data(), V, V, s);
         for (int64_t j = 0; j < V; ++j) O[j] = eg * s[j];
         dots_with_keys(&Q[t * K], t + 1);
         for (int64_t m = 0; m <= t; ++m) {
@@ -295,12 +308,10 @@ GatedDeltaRuleResult chunked(const GatedDeltaRuleArgs& a, const Arithmetic& how)
       for (int64_t i = 0; i < K * V; ++i) S[i] *= eglast;
       for (int64_t m = 0; m < n; ++m) {
         const T d = std::exp(glast - G[m]);
-        for (int64_t j = 0; j < V; ++j) O[j] = R(op, R(st, Vn[m * V + j] * d));
-        for (int64_t i = 0; i < K; ++i) {
-          const T ki = Kc[m * K + i];
-          for (int64_t j = 0; j < V; ++j) S[i * V + j] += ki * O[j];
-        }
+        for (int64_t j = 0; j < V; ++j) D[m * V + j] = R(op, R(st, Vn[m * V + j] * d));
       }
+      // Row i of S gains k_m,i D_m for m in order: row i of k transposed combines the rows of D.
+      for (int64_t i = 0; i < K; ++i) combine_rows(&KcT[i * C], n, D.data(), V, V, &S[i * V], true);
     }
     double* fs = r.final_state.data() + (L.seq * HV + L.value_head) * K * V;
     for (int64_t i = 0; i < K * V; ++i) fs[i] = static_cast<double>(S[i]);
