@@ -155,7 +155,7 @@ GatedDeltaRuleResult recurrent(const GatedDeltaRuleArgs& a, Rounding output) {
         }
       }
       double* out = r.output.data() + tok * V;
-      for (int64_t j = 0; j < V; ++j) out[j] = round_to(output, static_cast<double>(o[j]));
+      for (int64_t j = 0; j < V; ++j) out[j] = static_cast<double>(round_to(output, o[j]));
     }
     double* fs = r.final_state.data() + (L.seq * HV + L.value_head) * K * V;
     for (int64_t i = 0; i < K * V; ++i) fs[i] = static_cast<double>(S[i]);
@@ -296,12 +296,11 @@ GatedDeltaRuleResult chunked(const GatedDeltaRuleArgs& a, const Arithmetic& how)
         combine_rows(&Q[t * K], K, Sop.data(), V, V, s);
         for (int64_t j = 0; j < V; ++j) O[j] = eg * s[j];
         dots_with_keys(&Q[t * K], t + 1);
-        for (int64_t m = 0; m <= t; ++m) {
-          const T w = R(op, R(st, std::exp(G[t] - G[m]) * s[m]));
-          for (int64_t j = 0; j < V; ++j) O[j] += w * Vn[m * V + j];
-        }
+        for (int64_t m = 0; m <= t; ++m) s[m] = R(op, R(st, std::exp(G[t] - G[m]) * s[m]));
+        combine_rows(s, t + 1, Vn.data(), V, V, O.data(), true);
         double* out = r.output.data() + tok * V;
-        for (int64_t j = 0; j < V; ++j) out[j] = round_to(how.output, double(scale * O[j]));
+        for (int64_t j = 0; j < V; ++j)
+          out[j] = static_cast<double>(round_to(how.output, T(scale * O[j])));
       }
       // S <- exp(G_last) S + sum_m k_m (exp(G_last - G_m) v_new_m)^T
       const T glast = G[n - 1], eglast = std::exp(glast);

@@ -166,5 +166,36 @@ TEST(BaselineBits, EveryFormulationGivesThePinnedBits) {
   }
 }
 
+// round_to on a float (on its bits for TF32 and bf16) against the definition on the exact double
+// value, over a sweep of every float bit pattern and the edges: subnormals, ties, the largest
+// finite values and overflow, zeros, infinities and NaN.
+TEST(BaselineBits, FloatRoundingHasTheBitsOfTheDefinition) {
+  std::vector<uint32_t> patterns;
+  for (uint64_t b = 0; b <= 0xffffffffull; b += 997) patterns.push_back(static_cast<uint32_t>(b));
+  for (uint32_t base :
+       {0x00000000u, 0x00800000u, 0x3f800000u, 0x477fe000u, 0x7f7f0000u, 0x7f7fe000u, 0x7f800000u})
+    for (uint32_t d = 0; d < 0x20000u; ++d)
+      for (uint32_t sign : {0u, 0x80000000u}) {
+        patterns.push_back(sign | (base + d));
+        patterns.push_back(sign | (base - d));
+      }
+  int64_t checked = 0;
+  for (Rounding r : {Rounding::kTF32, Rounding::kBF16, Rounding::kF16})
+    for (uint32_t b : patterns) {
+      float x;
+      std::memcpy(&x, &b, sizeof x);
+      const float got = round_to(r, x);
+      const double want = round_to(r, static_cast<double>(x));
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(got)) << std::hex << b;
+        continue;
+      }
+      ASSERT_EQ(static_cast<double>(got), want) << rounding_name(r) << " of bits " << std::hex << b;
+      ASSERT_EQ(std::signbit(got), std::signbit(want)) << std::hex << b;
+      ++checked;
+    }
+  EXPECT_GT(checked, 10'000'000);
+}
+
 }  // namespace
 }  // namespace deltacheck::reference
