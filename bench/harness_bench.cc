@@ -3,12 +3,16 @@
 // the same prepared case, plus its parts (allocation, judging) and the per-case preparation
 // (inputs, FP64 oracle, fp32 baseline) that every case of a suite pays once.
 #include <benchmark/benchmark.h>
+#include <time.h>
 
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cases/case.h"
+#include "cases/generate.h"
+#include "cases/suites.h"
 #include "harness/backend.h"
 #include "harness/runner.h"
 
@@ -114,6 +118,105 @@ void BM_many_sequences(benchmark::State& st) {
   }
   st.SetItemsProcessed(st.iterations() * n);
 }
+
+// The smoke suite's gdr cases that the cpu backend runs (issue #20's "per-case overhead"): what the
+// harness does per case around the backend's calls, on deltacheck's own cpu backend. Each phase on
+// its own (inputs, preparation: inputs + FP64 oracle + baselines), then a whole case with the
+// probes, where `outside_ms` is the process CPU time per case outside the backend's calls (all
+// threads; CPU time, not wall, because a shared machine's load inflates wall time but not CPU
+// time).
+const std::vector<cases::Case>& smoke_gdr_cases() {
+  static const std::vector<cases::Case> cs = [] {
+    std::vector<cases::Case> out;
+    const std::unique_ptr<harness::Backend> cpu = harness::make_backend("cpu");
+    for (const cases::Case& c : cases::suite("smoke"))
+      if (c.op() == "gdr" && cpu->supports(c).ok) out.push_back(c);
+    return out;
+  }();
+  return cs;
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// The cpu backend, with the process CPU time spent inside its calls counted.
+class TimedBackend : public harness::Backend {
+ public:
+  TimedBackend() : inner_(harness::make_backend("cpu")) {}
+  std::string name() const override { return inner_->name(); }
+  std::string description() const override { return inner_->description(); }
+  harness::Support supports(const cases::Case& c) const override { return inner_->supports(c); }
+  Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
+    const double t0 = process_cpu_seconds();
+    Status s = inner_->run(c, in, out);
+    seconds += process_cpu_seconds() - t0;
+    ++calls;
+    return s;
+  }
+  double seconds = 0.0;
+  int64_t calls = 0;
+
+ private:
+  std::unique_ptr<harness::Backend> inner_;
+};
+
+void BM_smoke_generate(benchmark::State& st) {
+  for (auto _ : st)
+    for (const cases::Case& c : smoke_gdr_cases()) {
+      cases::TensorMap in = cases::generate_inputs(c);
+      benchmark::DoNotOptimize(in.all().size());
+    }
+  st.SetItemsProcessed(st.iterations() * static_cast<int64_t>(smoke_gdr_cases().size()));
+}
+
+void BM_smoke_prepare(benchmark::State& st) {
+  for (auto _ : st)
+    for (const cases::Case& c : smoke_gdr_cases()) {
+      harness::PreparedCase pc = harness::prepare(c);
+      benchmark::DoNotOptimize(pc.expected.size());
+    }
+  st.SetItemsProcessed(st.iterations() * static_cast<int64_t>(smoke_gdr_cases().size()));
+}
+
+void BM_smoke_case(benchmark::State& st) {
+  const bool probes = st.range(0) != 0;
+  TimedBackend cpu;
+  double cpu_total = 0.0;
+  int64_t n = 0;
+  for (auto _ : st) {
+    const double t0 = process_cpu_seconds();
+    for (const cases::Case& c : smoke_gdr_cases()) {
+      const harness::CaseResult r = harness::run_case(harness::prepare(c), cpu, probes);
+      if (r.verdict != harness::Verdict::kPass) st.SkipWithError(r.message.c_str());
+      ++n;
+    }
+    cpu_total += process_cpu_seconds() - t0;
+  }
+  st.SetItemsProcessed(n);
+  const double per_case = n > 0 ? 1e3 / static_cast<double>(n) : 0.0;
+  st.counters["outside_ms"] = (cpu_total - cpu.seconds) * per_case;
+  st.counters["backend_ms"] = cpu.seconds * per_case;
+  st.counters["calls"] = n > 0 ? static_cast<double>(cpu.calls) / static_cast<double>(n) : 0.0;
+}
+
+BENCHMARK(BM_smoke_generate)
+    ->Name("harness_smoke/generate")
+    ->MeasureProcessCPUTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_smoke_prepare)
+    ->Name("harness_smoke/prepare")
+    ->MeasureProcessCPUTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_smoke_case)
+    ->Name("harness_smoke/case")
+    ->ArgName("probes")
+    ->Arg(0)
+    ->Arg(1)
+    ->MeasureProcessCPUTime()
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_many_sequences)
     ->Name("harness_sequences/run_case_with_probes")

@@ -151,14 +151,14 @@ class GdrOperation : public Operation {
   std::vector<Baseline> baselines(const cases::Case& c, const TensorMap& in,
                                   MatmulPrecision precision) const override {
     std::vector<Baseline> out;
-    for (const reference::Arithmetic& how : rule_baselines(gdr_dims(c).dtype, precision)) {
-      auto run = [&how](const cases::Case& cc, const TensorMap& inputs) {
-        std::vector<std::vector<double>> buffers;
-        return as_values(reference::gated_delta_rule(reference_args(cc, inputs, buffers), how));
-      };
-      out.push_back({reference::describe(how), evaluate(c, in, run)});
-    }
+    for (const reference::Arithmetic& how : rule_baselines(gdr_dims(c).dtype, precision))
+      out.push_back(baseline_of(c, in, how));
     return out;
+  }
+
+  Baseline baseline(const cases::Case& c, const TensorMap& in, MatmulPrecision precision,
+                    size_t i) const override {
+    return baseline_of(c, in, rule_baselines(gdr_dims(c).dtype, precision).at(i));
   }
 
   std::vector<SeqSlice> slices(const cases::Case& c, const std::string& output) const override {
@@ -205,6 +205,15 @@ class GdrOperation : public Operation {
   }
 
  private:
+  Baseline baseline_of(const cases::Case& c, const TensorMap& in,
+                       const reference::Arithmetic& how) const {
+    auto run = [&how](const cases::Case& cc, const TensorMap& inputs) {
+      std::vector<std::vector<double>> buffers;
+      return as_values(reference::gated_delta_rule(reference_args(cc, inputs, buffers), how));
+    };
+    return {reference::describe(how), evaluate(c, in, run)};
+  }
+
   Values evaluate(const cases::Case& c, const TensorMap& in, Evaluate eval) const {
     if (pooled(c)) return evaluate_pooled(c, in, eval);
     Values v = eval(c, in);

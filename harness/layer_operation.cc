@@ -112,6 +112,17 @@ class LayerOperation : public Operation {
 
   std::vector<Baseline> baselines(const cases::Case& c, const TensorMap& in,
                                   MatmulPrecision precision) const override {
+    return baselines_of(c, in, rule_baselines(dims(c).dtype, precision));
+  }
+
+  Baseline baseline(const cases::Case& c, const TensorMap& in, MatmulPrecision precision,
+                    size_t i) const override {
+    return baselines_of(c, in, {rule_baselines(dims(c).dtype, precision).at(i)}).at(0);
+  }
+
+  // The layer with the rule computed each way in `hows`; conv, gates and norm are the same in each.
+  std::vector<Baseline> baselines_of(const cases::Case& c, const TensorMap& in,
+                                     const std::vector<reference::Arithmetic>& hows) const {
     const Dims d = dims(c);
     const auto cu = cu_of(in, d);
     const auto qkv = values(in, "qkv"), z = values(in, "z"), a = values(in, "a"),
@@ -155,7 +166,7 @@ class LayerOperation : public Operation {
     ra.use_qk_l2norm = true;
     // One baseline per rule formulation; conv, gates and norm are the same in each.
     std::vector<Baseline> out;
-    for (const reference::Arithmetic& how : rule_baselines(d.dtype, precision)) {
+    for (const reference::Arithmetic& how : hows) {
       reference::GatedDeltaRuleResult rule = reference::gated_delta_rule(ra, how);
       reference::GatedRmsNormArgs na;
       na.num_tokens = d.T;

@@ -66,6 +66,12 @@ class Operation {
   // Empty for operations compared bit-exactly.
   virtual std::vector<Baseline> baselines(const cases::Case& c, const cases::TensorMap& inputs,
                                           MatmulPrecision precision) const = 0;
+  // Entry `i` of baselines() alone, with the same bits: the split probe carries each baseline's
+  // own states into its second call, one formulation at a time. The default computes them all.
+  virtual Baseline baseline(const cases::Case& c, const cases::TensorMap& inputs,
+                            MatmulPrecision precision, size_t i) const {
+    return baselines(c, inputs, precision).at(i);
+  }
   virtual std::vector<SeqSlice> slices(const cases::Case& c, const std::string& output) const = 0;
   // Number of packed sequences, and each one's token count.
   virtual std::vector<int64_t> sequence_lengths(const cases::Case& c) const = 0;

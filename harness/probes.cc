@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 
 #include "cases/generate.h"
@@ -181,6 +182,36 @@ std::pair<ProbeReport, bool> probe_repeat(const PreparedCase& pc, Backend& b,
           false};
 }
 
+// The inputs of a case whose sequences s with regenerated[s] come from `salted` (the case's
+// inputs with every sequence regenerated) and the others from `base`. Inputs depend only on their
+// own sequence's salt (cases/generate.h), so this has the bits of generating with just those
+// sequences salted; nullopt where a tensor that belongs to no sequence differs between the two.
+std::optional<TensorMap> mix_sequences(const Operation& op, const Layout& L, const TensorMap& base,
+                                       const TensorMap& salted,
+                                       const std::vector<bool>& regenerated) {
+  if (base.all().size() != salted.all().size()) return std::nullopt;
+  TensorMap out;
+  for (const cases::Tensor& t : base.all()) {
+    const cases::Tensor* from = salted.find(t.name());
+    if (!from || from->dtype() != t.dtype() || from->shape() != t.shape()) return std::nullopt;
+    const TensorMajor m = op.major(t.name());
+    if (m == TensorMajor::kNone) {
+      if (std::memcmp(t.data(), from->data(), t.nbytes()) != 0) return std::nullopt;
+      out.add(t);
+      continue;
+    }
+    cases::Tensor& mixed = out.add(t);
+    const size_t es = static_cast<size_t>(cases::dtype_size(t.dtype()));
+    for (int64_t s = 0; s < L.num_seqs(); ++s) {
+      if (!regenerated[s]) continue;
+      const auto [b, e] = sequence_range(t, m, L, s);
+      std::memcpy(static_cast<uint8_t*>(mixed.data()) + b * es,
+                  static_cast<const uint8_t*>(from->data()) + b * es, (e - b) * es);
+    }
+  }
+  return out;
+}
+
 ProbeReport probe_isolation(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
                             const Comparison& cmp) {
   const Operation& op = operation_for(pc.c);
@@ -193,11 +224,20 @@ ProbeReport probe_isolation(const PreparedCase& pc, Backend& b, const TensorMap&
   std::vector<int> group(static_cast<size_t>(n), -1);
   for (int64_t s = 0, k = 0; s < n; ++s)
     if (states || L.lengths[s] > 0) group[s] = static_cast<int>(k++ % 2);
-  for (int parity = 0; parity < 2; ++parity) {
+  auto salts = [&](int parity) {
     cases::GenOptions g;
     for (int64_t s = 0; s < n; ++s)
       if (group[s] != parity) g.sequence_salt[s] = 0x5eed + static_cast<uint64_t>(s);
-    const TensorMap inputs = cases::generate_inputs(pc.c, g);
+    return g;
+  };
+  // Every sequence regenerated once; each parity's inputs are cut from these and the case's own.
+  const TensorMap all_salted = cases::generate_inputs(pc.c, salts(-2));
+  for (int parity = 0; parity < 2; ++parity) {
+    std::vector<bool> regenerated(static_cast<size_t>(n));
+    for (int64_t s = 0; s < n; ++s) regenerated[s] = group[s] != parity;
+    std::optional<TensorMap> mixed = mix_sequences(op, L, pc.inputs, all_salted, regenerated);
+    const TensorMap inputs =
+        mixed ? std::move(*mixed) : cases::generate_inputs(pc.c, salts(parity));
     const Run r = run_once(b, pc.c, inputs, pc.outputs);
     if (!r.error.empty()) return run_failed("isolation", r);
     for (int64_t s = 0; s < n; ++s) {
@@ -351,9 +391,9 @@ ProbeReport probe_split(const PreparedCase& pc, Backend& b, const TensorMap& out
         }
       throw std::logic_error("carried state '" + out + "' is not an output");
     });
-    const std::vector<Baseline> b2 = op.baselines(r2b.c, r2b.tensors, pc.precision);
+    const Baseline b2 = op.baseline(r2b.c, r2b.tensors, pc.precision, i);
     split.baselines.push_back(
-        {b1[i].name, reassemble(op, L, first, second, b1[i].values, b2.at(i).values, pc.expected)});
+        {b1[i].name, reassemble(op, L, first, second, b1[i].values, b2.values, pc.expected)});
   }
   measure_baselines(split);
   const CaseResult j = judge(split, whole, b.name(), true);

@@ -2,6 +2,7 @@
 // cross-check).
 #include "reference/gated_delta_rule.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <stdexcept>
@@ -154,12 +155,39 @@ GatedDeltaRuleResult recurrent(const GatedDeltaRuleArgs& a, Rounding output) {
         }
       }
       double* out = r.output.data() + tok * V;
-      for (int64_t j = 0; j < V; ++j) out[j] = round_to(output, static_cast<double>(o[j]));
+      for (int64_t j = 0; j < V; ++j) out[j] = static_cast<double>(round_to(output, o[j]));
     }
     double* fs = r.final_state.data() + (L.seq * HV + L.value_head) * K * V;
     for (int64_t i = 0; i < K * V; ++i) fs[i] = static_cast<double>(S[i]);
   });
   return r;
+}
+
+// s[j] = sum over m in [0, rows) of coef[m] * M[m * stride + j], for j < cols: each sum from zero
+// in increasing m, as a dot product computes it, with the sums of all j side by side (vectorized
+// without reordering any of them); with `accumulate`, the sums start from s's values instead. Four
+// rows per pass keep s in registers longer; each element's additions stay in order (the reference
+// is built without contraction into FMA).
+template <typename T>
+void combine_rows(const T* coef, int64_t rows, const T* M, int64_t stride, int64_t cols,
+                  T* __restrict s, bool accumulate = false) {
+  if (!accumulate)
+    for (int64_t j = 0; j < cols; ++j) s[j] = T(0);
+  int64_t m = 0;
+  for (; m + 4 <= rows; m += 4) {
+    const T c0 = coef[m], c1 = coef[m + 1], c2 = coef[m + 2], c3 = coef[m + 3];
+    const T* __restrict r0 = M + m * stride;
+    const T* __restrict r1 = r0 + stride;
+    const T* __restrict r2 = r1 + stride;
+    const T* __restrict r3 = r2 + stride;
+    for (int64_t j = 0; j < cols; ++j)
+      s[j] = (((s[j] + c0 * r0[j]) + c1 * r1[j]) + c2 * r2[j]) + c3 * r3[j];
+  }
+  for (; m < rows; ++m) {
+    const T cm = coef[m];
+    const T* __restrict row = M + m * stride;
+    for (int64_t j = 0; j < cols; ++j) s[j] += cm * row[j];
+  }
 }
 
 // The chunked form in compute type T (see Formulation::kChunked). With operands and stored both
@@ -193,6 +221,13 @@ GatedDeltaRuleResult chunked(const GatedDeltaRuleArgs& a, const Arithmetic& how)
     // state as an operand.
     std::vector<T> Q(C * K), Kc(C * K), Vc(C * V), G(C), B(C), A(C * C), Tm(C * C), KB(C * K),
         VB(C * V), W(C * K), U(C * V), Vn(C * V), Sop(K * V), O(V);
+    // Every sum below runs over its index in increasing order from zero, element by element, as
+    // the formulas read; the loops are nested so that the innermost one runs over independent
+    // elements (sums of different outputs side by side), which the compiler vectorizes without
+    // reordering any sum: the bits are those of one dot product at a time. KcT is k transposed
+    // ([K][C]) for the dot products of every pair of tokens; acc holds sums in progress.
+    // D holds the rows of v_new that update the state, decayed to the chunk end.
+    std::vector<T> KcT(K * C), acc(std::max({C, K, V})), D(C * V);
     for (int64_t c0 = 0; c0 < L.length; c0 += C) {
       const int64_t n = std::min(C, L.length - c0);
       T cum = T(0);
@@ -204,29 +239,35 @@ GatedDeltaRuleResult chunked(const GatedDeltaRuleArgs& a, const Arithmetic& how)
         for (int64_t i = 0; i < K; ++i) {
           Q[t * K + i] = R(op, R(st, Q[t * K + i]));
           Kc[t * K + i] = R(op, R(st, Kc[t * K + i]));
+          KcT[i * C + t] = Kc[t * K + i];
         }
         for (int64_t j = 0; j < V; ++j) Vc[t * V + j] = static_cast<T>(a.v[tok * V + j]);
         cum += static_cast<T>(a.g[tok]);  // chunk-local cumulative gate
         G[t] = cum;
         B[t] = static_cast<T>(a.beta[tok]);
       }
-      auto dot = [](const T* x, const T* y, int64_t len) {
-        T s = T(0);
-        for (int64_t i = 0; i < len; ++i) s += x[i] * y[i];
-        return s;
+      T* const s = acc.data();
+      // s[j] = x . k_j for the tokens j < count (x: K values), each sum over i in order.
+      auto dots_with_keys = [&](const T* x, int64_t count) {
+        combine_rows(x, K, KcT.data(), C, count, s);
       };
       // A_tj = beta_t exp(G_t - G_j) (k_t . k_j), j < t; T = (I + A)^-1 by forward substitution.
-      for (int64_t t = 0; t < n; ++t)
-        for (int64_t j = 0; j < t; ++j)
-          A[t * n + j] = B[t] * std::exp(G[t] - G[j]) * dot(&Kc[t * K], &Kc[j * K], K);
+      for (int64_t t = 0; t < n; ++t) {
+        dots_with_keys(&Kc[t * K], t);
+        for (int64_t j = 0; j < t; ++j) A[t * n + j] = B[t] * std::exp(G[t] - G[j]) * s[j];
+      }
       for (int64_t i = 0; i < n * n; ++i) Tm[i] = T(0);
-      for (int64_t col = 0; col < n; ++col) {
-        Tm[col * n + col] = T(1);
-        for (int64_t t = col + 1; t < n; ++t) {
-          T s = T(0);
-          for (int64_t j = col; j < t; ++j) s += A[t * n + j] * Tm[j * n + col];
-          Tm[t * n + col] = -s;
+      // Row t of T: T_t,col = -sum_{j = col}^{t - 1} A_tj T_j,col (rows before t are complete;
+      // T_j,col is zero for j < col, so the sums start at j = col as the formula reads).
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t col = 0; col < t; ++col) s[col] = T(0);
+        for (int64_t j = 0; j < t; ++j) {
+          const T atj = A[t * n + j];
+          const T* tj = &Tm[j * n];
+          for (int64_t col = 0; col <= j; ++col) s[col] += atj * tj[col];
         }
+        for (int64_t col = 0; col < t; ++col) Tm[t * n + col] = -s[col];
+        Tm[t * n + t] = T(1);
       }
       for (int64_t i = 0; i < n * n; ++i) Tm[i] = R(op, R(st, Tm[i]));
       // w = T (beta exp(G) k),  u = T (beta v)
@@ -236,53 +277,40 @@ GatedDeltaRuleResult chunked(const GatedDeltaRuleArgs& a, const Arithmetic& how)
         for (int64_t j = 0; j < V; ++j) VB[t * V + j] = R(op, R(st, Vc[t * V + j] * B[t]));
       }
       for (int64_t t = 0; t < n; ++t) {
-        for (int64_t i = 0; i < K; ++i) {
-          T s = T(0);
-          for (int64_t m = 0; m <= t; ++m) s += Tm[t * n + m] * KB[m * K + i];
-          W[t * K + i] = R(op, R(st, s));
-        }
-        for (int64_t j = 0; j < V; ++j) {
-          T s = T(0);
-          for (int64_t m = 0; m <= t; ++m) s += Tm[t * n + m] * VB[m * V + j];
-          U[t * V + j] = R(st, s);
-        }
+        combine_rows(&Tm[t * n], t + 1, KB.data(), K, K, s);
+        for (int64_t i = 0; i < K; ++i) W[t * K + i] = R(op, R(st, s[i]));
+        combine_rows(&Tm[t * n], t + 1, VB.data(), V, V, s);
+        for (int64_t j = 0; j < V; ++j) U[t * V + j] = R(st, s[j]);
       }
       // The state as a matmul operand; v_new = u - w S.
       for (int64_t i = 0; i < K * V; ++i) Sop[i] = R(op, R(st, S[i]));
-      for (int64_t t = 0; t < n; ++t)
-        for (int64_t j = 0; j < V; ++j) {
-          T s = T(0);
-          for (int64_t i = 0; i < K; ++i) s += W[t * K + i] * Sop[i * V + j];
-          Vn[t * V + j] = R(op, R(st, U[t * V + j] - s));
-        }
+      for (int64_t t = 0; t < n; ++t) {
+        combine_rows(&W[t * K], K, Sop.data(), V, V, s);
+        for (int64_t j = 0; j < V; ++j) Vn[t * V + j] = R(op, R(st, U[t * V + j] - s[j]));
+      }
       // o = scale (exp(G) q S + (q k^T * decay)_{j<=t} v_new)
       for (int64_t t = 0; t < n; ++t) {
         const int64_t pos = L.token_begin + c0 + t;
         const int64_t tok = (L.batch_row * a.seq_len + pos) * HV + L.value_head;
         const T eg = std::exp(G[t]);
-        for (int64_t j = 0; j < V; ++j) {
-          T qs = T(0);
-          for (int64_t i = 0; i < K; ++i) qs += Q[t * K + i] * Sop[i * V + j];
-          O[j] = eg * qs;
-        }
-        for (int64_t m = 0; m <= t; ++m) {
-          const T w = R(op, R(st, std::exp(G[t] - G[m]) * dot(&Q[t * K], &Kc[m * K], K)));
-          for (int64_t j = 0; j < V; ++j) O[j] += w * Vn[m * V + j];
-        }
+        combine_rows(&Q[t * K], K, Sop.data(), V, V, s);
+        for (int64_t j = 0; j < V; ++j) O[j] = eg * s[j];
+        dots_with_keys(&Q[t * K], t + 1);
+        for (int64_t m = 0; m <= t; ++m) s[m] = R(op, R(st, std::exp(G[t] - G[m]) * s[m]));
+        combine_rows(s, t + 1, Vn.data(), V, V, O.data(), true);
         double* out = r.output.data() + tok * V;
-        for (int64_t j = 0; j < V; ++j) out[j] = round_to(how.output, double(scale * O[j]));
+        for (int64_t j = 0; j < V; ++j)
+          out[j] = static_cast<double>(round_to(how.output, T(scale * O[j])));
       }
       // S <- exp(G_last) S + sum_m k_m (exp(G_last - G_m) v_new_m)^T
       const T glast = G[n - 1], eglast = std::exp(glast);
       for (int64_t i = 0; i < K * V; ++i) S[i] *= eglast;
       for (int64_t m = 0; m < n; ++m) {
         const T d = std::exp(glast - G[m]);
-        for (int64_t j = 0; j < V; ++j) O[j] = R(op, R(st, Vn[m * V + j] * d));
-        for (int64_t i = 0; i < K; ++i) {
-          const T ki = Kc[m * K + i];
-          for (int64_t j = 0; j < V; ++j) S[i * V + j] += ki * O[j];
-        }
+        for (int64_t j = 0; j < V; ++j) D[m * V + j] = R(op, R(st, Vn[m * V + j] * d));
       }
+      // Row i of S gains k_m,i D_m for m in order: row i of k transposed combines the rows of D.
+      for (int64_t i = 0; i < K; ++i) combine_rows(&KcT[i * C], n, D.data(), V, V, &S[i * V], true);
     }
     double* fs = r.final_state.data() + (L.seq * HV + L.value_head) * K * V;
     for (int64_t i = 0; i < K * V; ++i) fs[i] = static_cast<double>(S[i]);

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 namespace deltacheck::reference {
@@ -49,9 +51,37 @@ inline double round_to(Rounding r, double x) {
   return x;
 }
 
-// The same for a float: the result is exactly representable in fp32 for every format above.
+namespace detail {
+// A finite float rounded to nearest even on its own bits, dropping the lowest `drop` of its 23
+// fraction bits. For TF32 and bf16, whose exponent range is fp32's, a float's quantum in the
+// narrower format is 2^drop of its own (subnormals included), so this gives the bits of
+// round_to_format(); a carry past the largest finite value makes the bits of infinity, as
+// round_to_format() overflows. Infinities and NaN are returned as they are.
+inline float round_float_bits(float x, int drop) {
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  if ((b & 0x7f800000u) == 0x7f800000u) return x;
+  const uint32_t lsb = (b >> drop) & 1u;
+  b = (b + ((1u << (drop - 1)) - 1u) + lsb) & ~((1u << drop) - 1u);
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+}  // namespace detail
+
+// The same for a float: the result is exactly representable in fp32 for every format above (and
+// equal to the double version's; fp16, whose exponents are narrower, goes through it).
 inline float round_to(Rounding r, float x) {
-  return r == Rounding::kNone ? x : static_cast<float>(round_to(r, static_cast<double>(x)));
+  switch (r) {
+    case Rounding::kNone:
+      return x;
+    case Rounding::kTF32:
+      return detail::round_float_bits(x, 13);
+    case Rounding::kBF16:
+      return detail::round_float_bits(x, 16);
+    case Rounding::kF16:
+      break;
+  }
+  return static_cast<float>(round_to(r, static_cast<double>(x)));
 }
 
 }  // namespace deltacheck::reference
