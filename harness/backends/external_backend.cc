@@ -660,7 +660,9 @@ class Worker {
     } else {
       const std::string how = e.ok() ? ended_badly(e.value(), folder(), file_limit_, tail) : "";
       why << "external worker "
-          << (how.empty() ? "ended without answering (exited with code 0)" + tail : how)
+          << (!how.empty() ? how
+              : e.ok()     ? "exited with code 0 without answering" + tail
+                           : "closed its stdout without answering (killed)" + tail)
           << " (the next call starts a new one)";
     }
     dir_.reset();
@@ -719,8 +721,18 @@ class Worker {
           buffer_.append(buf, static_cast<size_t>(n));
           continue;
         }
-        if (n == 0) return Got::kEnded;
-        if (errno != EINTR && errno != EAGAIN) return Got::kEnded;
+        if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+          // Its end of the channel closed: it is exiting (then its guard reports how it ended
+          // and exits within moments) or closed its stdout (then it is killed).
+          for (int i = 0; i < 200 && !reaped_; ++i) {
+            int st = 0;
+            if (waitpid(g_.guard, &st, WNOHANG) == g_.guard)
+              reaped_ = true;
+            else
+              std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          return Got::kEnded;
+        }
         continue;
       }
       if (r < 0 && errno != EINTR) return Got::kEnded;

@@ -215,6 +215,15 @@ TEST_F(ExternalServe, AProgramThatDoesNotSpeakTheProtocolIsAnError) {
       << r.message;
 }
 
+TEST_F(ExternalServe, AWorkerThatClosesItsStdoutIsKilled) {
+  serve(sh_worker("exec <&- >&-; echo 'closing' >&2; sleep 300"));  // stdin and stdout: one socket
+  const harness::CaseResult r = run();
+  EXPECT_EQ(r.verdict, Verdict::kError);
+  EXPECT_NE(r.message.find("external worker closed its stdout without answering (killed): closing"),
+            std::string::npos)
+      << r.message;
+}
+
 TEST_F(ExternalServe, StderrIsCapturedPerCall) {
   // The worker's traceback of an earlier call is not this call's reason.
   serve(sh_worker("echo \"call $n\" >&2; if [ $n -eq 3 ]; then exit 5; fi; " + answer_right()));
