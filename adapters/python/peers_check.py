@@ -4,8 +4,8 @@
     peers_check.py run --deltacheck build/deltacheck --venv VENV --out reports/peers
         Runs every peer of adapters/python/expected-findings.json on its cases through
         `deltacheck run --backend external --serve` (one adapter process per job for all its
-        calls), one report directory per peer, and compares the
-        verdict of every (peer, case family) with the pinned one. Exit 1 when any finding changed
+        calls), one report directory per peer, and compares the verdict of every (peer, case
+        family) with the pinned one. Exit 1 when any finding changed
         (in either direction) or a peer did not run as it should; 0 otherwise, also when a peer
         is skipped because scripts/peers-setup.sh could not install its packages (a banner says
         so). Writes findings.md and findings.json (versions, what ran, verdicts) into --out.
