@@ -22,7 +22,7 @@ GdrCall gdr_problem(const Case& c, const TensorMap& inputs, TensorMap& outputs) 
         " keeps states in a slot-addressed pool, which a GdrProblem does not carry");
     return call;
   }
-  const kernels::cpu::GatedDeltaRuleParams k = harness::gdr_params(c, inputs, outputs);
+  const kernels::GatedDeltaRuleParams k = harness::gdr_params(c, inputs, outputs);
   GdrProblem& p = call.problem;
   p.batch = k.batch;
   p.seq_len = k.seq_len;

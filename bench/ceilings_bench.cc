@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "kernels/cpu/parallel_for.h"
+#include "core/parallel_for.h"
 
 #ifdef DELTACHECK_BENCH_TORCH
 #include <ATen/ATen.h>
@@ -20,7 +20,7 @@ namespace {
 
 // Pieces of a buffer far larger than the last-level cache, spread over every hardware thread.
 struct Pieces {
-  int threads = kernels::cpu::resolve_threads(0);
+  int threads = core::resolve_threads(0);
   int64_t count = 4 * static_cast<int64_t>(threads);
   size_t bytes;  // of one piece
   explicit Pieces(size_t total) : bytes(total / static_cast<size_t>(4 * threads) / 64 * 64) {}
@@ -38,7 +38,7 @@ void BM_ceiling_copy(benchmark::State& st) {
   const Pieces pieces(static_cast<size_t>(st.range(0)) << 20);
   std::vector<char> src(pieces.total(), 1), dst(pieces.total(), 0);  // no page faults while timed
   for (auto _ : st) {
-    kernels::cpu::parallel_for(pieces.count, pieces.threads, [&](int64_t i) {
+    core::parallel_for(pieces.count, pieces.threads, [&](int64_t i) {
       const size_t at = static_cast<size_t>(i) * pieces.bytes;
       std::memcpy(dst.data() + at, src.data() + at, pieces.bytes);
     });
@@ -58,7 +58,7 @@ void BM_ceiling_read(benchmark::State& st) {
   std::vector<uint64_t> sums(static_cast<size_t>(pieces.count));
   const size_t words = pieces.bytes / sizeof(uint64_t);
   for (auto _ : st) {
-    kernels::cpu::parallel_for(pieces.count, pieces.threads, [&](int64_t i) {
+    core::parallel_for(pieces.count, pieces.threads, [&](int64_t i) {
       const uint64_t* p = src.data() + static_cast<size_t>(i) * words;
       uint64_t acc[8] = {};
       for (size_t j = 0; j + 8 <= words; j += 8)
@@ -80,7 +80,7 @@ void BM_ceiling_fill(benchmark::State& st) {
   int value = 0;
   for (auto _ : st) {
     ++value;
-    kernels::cpu::parallel_for(pieces.count, pieces.threads, [&](int64_t i) {
+    core::parallel_for(pieces.count, pieces.threads, [&](int64_t i) {
       std::memset(dst.data() + static_cast<size_t>(i) * pieces.bytes, value & 0xff, pieces.bytes);
     });
     benchmark::DoNotOptimize(dst.data());

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "kernels/common/half.h"
+#include "core/half.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gated_delta_rule.h"
 
@@ -120,8 +120,8 @@ std::vector<Set> make_sets(const Shape& s) {
   return sets;
 }
 
-kc::GatedDeltaRuleParams params(const Shape& s, const Set& set, const int64_t* cu_seqlens) {
-  kc::GatedDeltaRuleParams p;
+kernels::GatedDeltaRuleParams params(const Shape& s, const Set& set, const int64_t* cu_seqlens) {
+  kernels::GatedDeltaRuleParams p;
   p.batch = 1;
   p.seq_len = s.seqs * s.seq_len;
   p.num_heads = s.H;
@@ -174,7 +174,7 @@ void run_figure(benchmark::State& st, const Shape& s) {
   std::vector<int64_t> cu(static_cast<size_t>(s.seqs + 1));
   for (int64_t i = 0; i <= s.seqs; ++i) cu[static_cast<size_t>(i)] = i * s.seq_len;
   const std::unique_ptr<Buffer> cu_dev = upload(cu.data(), cu.size() * sizeof(int64_t));
-  std::vector<kc::GatedDeltaRuleParams> p;
+  std::vector<kernels::GatedDeltaRuleParams> p;
   for (const Set& set : sets) p.push_back(params(s, set, cu_dev->as<int64_t>()));
   check(kc::validate_sequence_layout(p[0], nullptr), "validate_sequence_layout");
 

@@ -32,10 +32,9 @@ void fail_unless_ok(benchmark::State& st, const Status& s) {
 
 // ---- prefill ------------------------------------------------------------------------------------
 
-kernels::cpu::GatedDeltaRuleParams prefill_params(const GdrInputs& in, int64_t T, int64_t HV,
-                                                  std::vector<float>& o,
-                                                  std::vector<float>& state) {
-  kernels::cpu::GatedDeltaRuleParams p;
+kernels::GatedDeltaRuleParams prefill_params(const GdrInputs& in, int64_t T, int64_t HV,
+                                             std::vector<float>& o, std::vector<float>& state) {
+  kernels::GatedDeltaRuleParams p;
   p.seq_len = T;
   p.num_heads = kH;
   p.num_value_heads = HV;
@@ -58,7 +57,7 @@ void BM_prefill_cpu(benchmark::State& st) {
   const GdrInputs in(T, kH, HV, kK, kV);
   std::vector<float> o(static_cast<size_t>(T * HV * kV));
   std::vector<float> state = uniform(HV * kK * kV, -0.1f, 0.1f, 6);
-  const kernels::cpu::GatedDeltaRuleParams p = prefill_params(in, T, HV, o, state);
+  const kernels::GatedDeltaRuleParams p = prefill_params(in, T, HV, o, state);
   for (auto _ : st) {
     fail_unless_ok(st, kernels::cpu::chunked_gated_delta_rule(p));
     benchmark::DoNotOptimize(o.data());
@@ -73,7 +72,7 @@ void BM_prefill_recurrent(benchmark::State& st) {
   const GdrInputs in(T, kH, HV, kK, kV);
   std::vector<float> o(static_cast<size_t>(T * HV * kV));
   std::vector<float> state = uniform(HV * kK * kV, -0.1f, 0.1f, 6);
-  const kernels::cpu::GatedDeltaRuleParams p = prefill_params(in, T, HV, o, state);
+  const kernels::GatedDeltaRuleParams p = prefill_params(in, T, HV, o, state);
   for (auto _ : st) {
     fail_unless_ok(st, kernels::cpu::recurrent_gated_delta_rule(p));
     benchmark::DoNotOptimize(o.data());
@@ -107,7 +106,7 @@ void BM_short_cpu(benchmark::State& st) {
   std::vector<int64_t> cu(static_cast<size_t>(N + 1));
   for (int64_t i = 0; i <= N; ++i) cu[i] = i * L;
   std::vector<float> no_state;
-  kernels::cpu::GatedDeltaRuleParams p = prefill_params(in, T, HV, o, no_state);
+  kernels::GatedDeltaRuleParams p = prefill_params(in, T, HV, o, no_state);
   p.initial_state = nullptr;
   p.final_state = final_state.data();
   p.cu_seqlens = cu.data();

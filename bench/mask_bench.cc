@@ -79,7 +79,7 @@ void run(benchmark::State& st, Build build) {
 }
 
 void BM_mask_cpu(benchmark::State& st) {
-  run<kernels::cpu::MaskParams>(st, [](const kernels::cpu::MaskParams& p, uint8_t* out) {
+  run<kernels::MaskParams>(st, [](const kernels::MaskParams& p, uint8_t* out) {
     return kernels::cpu::build_bool_mask(p, out);
   });
 }
@@ -96,7 +96,7 @@ BENCHMARK(BM_mask_cpu)->Name("mask/cpu")->Apply(shapes);
 
 #ifdef DELTACHECK_BENCH_TORCH
 void BM_mask_torch(benchmark::State& st) {
-  run<kernels::torch::MaskParams>(st, [](const kernels::torch::MaskParams& p, uint8_t* out) {
+  run<kernels::MaskParams>(st, [](const kernels::MaskParams& p, uint8_t* out) {
     return kernels::torch::build_bool_mask(p, out);
   });
 }

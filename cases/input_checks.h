@@ -12,7 +12,7 @@
 
 #include "cases/case.h"
 #include "cases/tensor.h"
-#include "kernels/common/status.h"
+#include "core/status.h"
 
 namespace deltacheck::cases {
 

@@ -1,4 +1,4 @@
-// The mask-construction ops (DESIGN.md "Masks"): schemas, input generators and suite cases.
+// The mask-construction ops (docs/semantics.md "Masks"): schemas, input generators and suite cases.
 //   mask      one attention mask: rules (causal, window, chunk), cache mode and offset, padding,
 //             packed or multimodal position ids, output format
 //   layers    the masks a hybrid model pre-builds per layer type (the static-cache KeyError bug)

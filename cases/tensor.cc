@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "cases/fork_guard.h"
-#include "kernels/cpu/parallel_for.h"
+#include "core/parallel_for.h"
 
 namespace deltacheck::cases {
 
@@ -255,15 +255,15 @@ void fill_bits_serial(uint8_t* p, int64_t n, U bits) {
 }
 
 // Filling is memory-bound: outputs of 1 MiB and more are filled by every hardware thread (the
-// harness poisons every output of every case, README: Speed; the threads are kept waiting, see
-// kernels/cpu/parallel_for.h).
+// harness poisons every output of every case, docs/performance.md; the threads are kept waiting,
+// see core/parallel_for.h).
 template <typename U>
 void fill_bits(uint8_t* p, int64_t n, U bits) {
   constexpr int64_t kParallelBytes = int64_t{1} << 20;
   if (n * static_cast<int64_t>(sizeof(U)) < kParallelBytes) return fill_bits_serial(p, n, bits);
-  const int64_t parts = kernels::cpu::resolve_threads(0);
+  const int64_t parts = core::resolve_threads(0);
   const int64_t per = (n + parts - 1) / parts;
-  kernels::cpu::parallel_for(parts, parts, [&](int64_t t) {
+  core::parallel_for(parts, parts, [&](int64_t t) {
     const int64_t begin = std::min(n, t * per);
     fill_bits_serial(p + begin * static_cast<int64_t>(sizeof(U)), std::min(per, n - begin), bits);
   });

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/common/half.h"
+#include "core/half.h"
 
 namespace deltacheck::cases {
 
@@ -25,7 +25,7 @@ std::string shape_string(const std::vector<int64_t>& shape);
 
 // Tensor storage. Large blocks (outputs of long cases) are recycled: a block freed by one case
 // is handed to the next case asking for exactly as many bytes, its pages already mapped, so a
-// 32 MiB output costs a fill instead of 8192 page faults (harness overhead, README: Speed).
+// 32 MiB output costs a fill instead of 8192 page faults (harness overhead, docs/performance.md).
 // At most kRecycledBytes are kept; elements are left uninitialized by resize() (Tensor's
 // constructor fills them).
 void* storage_allocate(size_t bytes);

@@ -18,32 +18,13 @@
 
 #include "cases/case.h"
 #include "cases/tensor.h"
+#include "core/status.h"
 #include "harness/operation.h"
-#include "kernels/common/status.h"
 
 namespace deltacheck::golden {
 
 constexpr const char* kFormatName = "deltacheck-golden";
 constexpr int kFormatVersion = 1;
-
-// A value or the Status saying why there is none.
-template <typename T>
-class StatusOr {
- public:
-  // Implicit, so that functions can `return status;` or `return value;`.
-  StatusOr(Status s) : status_(std::move(s)) {}  // NOLINT
-  StatusOr(T&& v) : value_(std::move(v)) {}      // NOLINT
-  StatusOr(const T& v) : value_(v) {}            // NOLINT
-  bool ok() const { return status_.ok(); }
-  const Status& status() const { return status_; }
-  T& value() { return *value_; }
-  const T& value() const { return *value_; }
-  T take() { return std::move(*value_); }
-
- private:
-  Status status_;
-  std::optional<T> value_;
-};
 
 // One stored dataset as the reader found it (what `golden inspect` lists).
 struct DatasetInfo {

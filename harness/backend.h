@@ -10,8 +10,8 @@
 
 #include "cases/case.h"
 #include "cases/tensor.h"
+#include "core/status.h"
 #include "harness/tolerance.h"
-#include "kernels/common/status.h"
 
 namespace deltacheck::harness {
 

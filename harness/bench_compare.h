@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common/status.h"
+#include "core/status.h"
 
 namespace deltacheck::harness {
 

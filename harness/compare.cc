@@ -8,7 +8,7 @@
 #include <functional>
 #include <type_traits>
 
-#include "kernels/cpu/parallel_for.h"
+#include "core/parallel_for.h"
 
 namespace deltacheck::harness {
 
@@ -194,7 +194,7 @@ int64_t locate(const Load& load, const double* e, int64_t begin, int64_t end, do
 // fn(i) for i in [0, n), on every hardware thread when there is more than one block of work.
 template <typename Fn>
 void for_each_block(int64_t n, Fn&& fn) {
-  kernels::cpu::parallel_for(n, n > 1 ? 0 : 1, fn);
+  core::parallel_for(n, n > 1 ? 0 : 1, fn);
 }
 
 // One measurement, as blocks: `block` measures [b, e) of it, `locate` finds the first element of

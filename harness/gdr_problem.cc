@@ -29,10 +29,10 @@ bool one_token_per_sequence(const GdrDims& d) {
   return !l.empty() && std::all_of(l.begin(), l.end(), [](int64_t n) { return n == 1; });
 }
 
-kernels::cpu::GatedDeltaRuleParams gdr_params(const cases::Case& c, const cases::TensorMap& in,
-                                              cases::TensorMap& out) {
+kernels::GatedDeltaRuleParams gdr_params(const cases::Case& c, const cases::TensorMap& in,
+                                         cases::TensorMap& out) {
   const GdrDims d = gdr_dims(c);
-  kernels::cpu::GatedDeltaRuleParams p;
+  kernels::GatedDeltaRuleParams p;
   p.batch = d.B;
   p.seq_len = d.T;
   p.num_heads = d.H;

@@ -22,7 +22,7 @@ bool one_token_per_sequence(const GdrDims& d);
 
 // Kernel parameters pointing into `inputs` and `outputs` (o, and final_state when the case keeps
 // it). The caller may adjust fields (the deliberately wrong backends do).
-kernels::cpu::GatedDeltaRuleParams gdr_params(const cases::Case& c, const cases::TensorMap& inputs,
-                                              cases::TensorMap& outputs);
+kernels::GatedDeltaRuleParams gdr_params(const cases::Case& c, const cases::TensorMap& inputs,
+                                         cases::TensorMap& outputs);
 
 }  // namespace deltacheck::harness

@@ -15,8 +15,8 @@
 #include <memory>
 
 #include "cases/tensor.h"
+#include "core/status.h"
 #include "harness/backend.h"
-#include "kernels/common/status.h"
 
 namespace deltacheck::harness {
 

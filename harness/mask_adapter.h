@@ -1,17 +1,7 @@
 // Runs a mask, layers or segments case on one mask builder and writes the outputs the harness
-// compares (harness/mask_problem.h). The CPU and LibTorch builders share one API shape
-// (kernels/cpu/mask_builder.h, kernels/torch/mask_builder.h), so one adapter serves both: `Api`
-// is a struct naming a builder's types and functions, e.g.
-//
-//   struct CpuMaskApi {
-//     using Params = kernels::cpu::MaskParams;            // and AdditiveFill, LayerMasks,
-//     static Status build_bool_mask(const Params& p, uint8_t* out) {   // LayerMaskKind,
-//       return kernels::cpu::build_bool_mask(p, out);                  // PackedSegments,
-//     }                                                                // Unpadded
-//     ... build_additive_mask, mask_needed, fully_masked_rows, layer_masks,
-//         sequence_index_from_cu_seqlens, segments_from_position_ids, unpad
-//   };
-//
+// compares (harness/mask_problem.h). Every host builder has the same contract
+// (kernels/common/mask_params.h), so one adapter serves all: `Api` is a builder as a type,
+// DELTACHECK_MASK_BUILDER_API(CpuMaskApi, kernels::cpu) (kernels/common/mask_builder_api.h).
 // A deliberately wrong builder derives from a real one and hides the function it breaks.
 // What a builder returns that cannot fill the outputs (a mask of the wrong size, layer types out
 // of order) is reported as kInternal "malformed ..." (verdict error); wrong values are left to
@@ -26,9 +16,10 @@
 #include <vector>
 
 #include "cases/tensor.h"
+#include "core/half.h"
+#include "core/status.h"
 #include "harness/mask_problem.h"
-#include "kernels/common/half.h"
-#include "kernels/common/status.h"
+#include "kernels/common/mask_params.h"
 
 namespace deltacheck::harness {
 
@@ -41,8 +32,8 @@ inline Status output(cases::TensorMap& out, const std::string& name, cases::Tens
 }
 
 template <typename Api>
-typename Api::Params params(const MaskProblem& p) {
-  typename Api::Params b;
+kernels::MaskParams params(const MaskProblem& p) {
+  kernels::MaskParams b;
   b.batch = p.batch;
   b.q_len = p.q_len;
   b.kv_length = p.kv_length;
@@ -58,8 +49,8 @@ typename Api::Params params(const MaskProblem& p) {
 }
 
 template <typename Api>
-typename Api::AdditiveFill fill(const MaskProblem& p) {
-  using Fill = typename Api::AdditiveFill;
+kernels::AdditiveFill fill(const MaskProblem& p) {
+  using Fill = kernels::AdditiveFill;
   if (p.format == "additive-inf") return Fill::kNegativeInfinity;
   if (p.dtype == cases::DType::kBF16) return Fill::kBFloat16Lowest;
   if (p.dtype == cases::DType::kF16) return Fill::kFloat16Lowest;
@@ -68,7 +59,7 @@ typename Api::AdditiveFill fill(const MaskProblem& p) {
 
 template <typename Api>
 Status run_mask(const MaskProblem& p, cases::TensorMap& out) {
-  const typename Api::Params b = params<Api>(p);
+  const kernels::MaskParams b = params<Api>(p);
   cases::Tensor *mask = nullptr, *needed = nullptr, *rows = nullptr;
   for (Status s : {output(out, "mask", &mask), output(out, "needed", &needed),
                    output(out, "fully_masked", &rows)})
@@ -96,8 +87,8 @@ Status run_mask(const MaskProblem& p, cases::TensorMap& out) {
 
 template <typename Api>
 Status run_layers(const MaskProblem& p, cases::TensorMap& out) {
-  using Kind = typename Api::LayerMaskKind;
-  typename Api::LayerMasks lm;
+  using Kind = kernels::LayerMaskKind;
+  kernels::LayerMasks lm;
   if (Status s = Api::layer_masks(p.layer_types, params<Api>(p), &lm); !s.ok()) return s;
   if (lm.masks.size() != p.distinct_types.size() || lm.layer_to_mask.size() != p.layer_types.size())
     return Status::Internal(fmt::format(
@@ -147,7 +138,7 @@ Status run_segments(const MaskProblem& p, cases::TensorMap& out) {
   for (Status s : {output(out, "cu_seqlens", &cu), output(out, "max_seqlen", &max_len)})
     if (!s.ok()) return s;
   if (p.source == "position") {
-    typename Api::PackedSegments ps;
+    kernels::PackedSegments ps;
     if (Status s = Api::segments_from_position_ids(p.segment_positions, p.rows, p.len, &ps);
         !s.ok())
       return s;
@@ -167,7 +158,7 @@ Status run_segments(const MaskProblem& p, cases::TensorMap& out) {
     max_len->as<int64_t>()[0] = ps.max_seqlen;
     return Status::Ok();
   }
-  typename Api::Unpadded u;
+  kernels::Unpadded u;
   if (Status s = Api::unpad(p.segment_padding, p.rows, p.len, &u); !s.ok()) return s;
   if (static_cast<int64_t>(u.indices.size()) > n ||
       static_cast<int64_t>(u.cu_seqlens.size()) != p.rows + 1)

@@ -1,6 +1,6 @@
 // The gated delta rule in FP64: the oracle every implementation is judged against.
 //
-// Per sequence and value head, per token t, in this order (DESIGN.md, "Gated delta rule"):
+// Per sequence and value head, per token t, in this order (docs/semantics.md, "Gated delta rule"):
 //   S <- exp(g_t) * S;  u = beta_t * (v_t - S^T k_t);  S <- S + k_t u^T;  o_t = S^T (scale * q_t)
 // gated_delta_rule() is the plain recurrence. gated_delta_rule_chunked() is the second
 // formulation (chunked WY / UT-transform form) that cross-checks it.

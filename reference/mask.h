@@ -1,5 +1,5 @@
-// Attention-mask construction, exactly as DESIGN.md ("Masks") defines it: the oracle the mask
-// builders are compared to bit for bit.
+// Attention-mask construction, exactly as docs/semantics.md ("Masks") defines it: the oracle the
+// mask builders are compared to bit for bit.
 //
 // Every function here is written straight from the definition, one element at a time, so a reader
 // can check it against the text; nothing is shared with the builders under test.
@@ -142,11 +142,10 @@ struct LayerMasks {
 //   one
 //                      token (q_len == 1 and every q_offset > 0)
 // (Transformers' _update_linear_attn_mask drops the mask whenever the cache already holds state,
-// whatever q_len; DESIGN.md narrows "none" to a one-token decode, so a chunked-prefill call with
-// padding among its new tokens keeps its validity mask.)
-// spec.sliding_window and spec.chunk_size are the model config's values and apply only to their own
-// layer type; spec.causal is ignored (attention layers of a decoder are causal). All attention
-// layers share spec.kv_length.
+// whatever q_len; docs/semantics.md narrows "none" to a one-token decode, so a chunked-prefill call
+// with padding among its new tokens keeps its validity mask.) spec.sliding_window and
+// spec.chunk_size are the model config's values and apply only to their own layer type; spec.causal
+// is ignored (attention layers of a decoder are causal). All attention layers share spec.kv_length.
 // Throws std::invalid_argument("unknown layer type 'xyz' at layer 3") for a type with no rule, and
 // names the layer when its type needs a window or chunk size the spec does not give.
 LayerMasks layer_masks(const std::vector<std::string>& layer_types, const MaskSpec& spec);

@@ -1,7 +1,7 @@
 // Rounding to narrower number formats, for the same-precision tolerance baselines: what a value
 // becomes when a kernel stores it in bf16 / fp16, or when a tensor core reads it as a TF32 (or
 // bf16 / fp16) matmul operand. Written here, from the formats' definitions, so that the baselines
-// share no conversion code with the kernels they judge (kernels/common/half.h).
+// share no conversion code with the kernels they judge (core/half.h).
 //
 // Round to nearest, ties to even, on the exact double value; overflow goes to infinity and
 // gradual underflow follows each format's subnormals.

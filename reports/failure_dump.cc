@@ -168,7 +168,7 @@ FailureDump read_failure_dump(const std::string& path) {
     d.status = Status::InvalidArgument(path + ": a failure dump holds exactly one case");
     return d;
   }
-  golden::StatusOr<golden::FixtureCase> fc = reader.read(0);
+  StatusOr<golden::FixtureCase> fc = reader.read(0);
   if (!fc.ok()) {
     d.status = fc.status();
     return d;

@@ -10,10 +10,10 @@
 #include <optional>
 #include <string>
 
+#include "core/status.h"
 #include "golden/format.h"
 #include "harness/result.h"
 #include "harness/runner.h"
-#include "kernels/common/status.h"
 
 namespace deltacheck::reports {
 

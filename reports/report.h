@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "harness/result.h"
-#include "kernels/common/status.h"
 
 namespace deltacheck::reports {
 

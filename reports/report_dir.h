@@ -14,7 +14,7 @@
 
 #include <string>
 
-#include "kernels/common/status.h"
+#include "core/status.h"
 #include "reports/report.h"
 
 namespace deltacheck::reports {

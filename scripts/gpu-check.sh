@@ -211,7 +211,7 @@ PY
     if [ "$BUILD_ONLY" = 1 ]; then
       echo "Built with --build-only: no device step ran."
     elif [ "$overall" = PASSED ]; then
-      echo "Every step passed. Commit this folder and update the README's \"CUDA backend\" section:"
+      echo "Every step passed. Commit this folder and update docs/cuda.md:"
       echo "the GPU, the date and this report's path."
     else
       echo "Failed steps are listed above; each step's log is in this folder."

@@ -9,8 +9,9 @@
 #    skipped with a banner, never a failure);
 # 2. adapters/python/peers_check.py run: each peer's cases, one report directory per peer, the
 #    verdict per (peer, case family) against the pinned one;
-# 3. the README's findings table against the pinned file.
-# Exit 1 when a finding changed (either direction), a peer errored, or the README table is stale.
+# 3. the findings table of docs/peers.md against the pinned file.
+# Exit 1 when a finding changed (either direction), a peer errored, or the table in
+# docs/peers.md is stale.
 # deltacheck and the adapter open each fixture one after the other; HDF5's advisory file
 # locks only add spurious "unable to lock file" failures on busy machines.
 export HDF5_USE_FILE_LOCKING=FALSE
@@ -34,7 +35,7 @@ rm -rf "$OUT"
 python3 adapters/python/peers_check.py run --deltacheck "$BUILD_DIR/deltacheck" --venv "$venv" \
   --out "$OUT" "$@"
 code=$?
-python3 adapters/python/peers_check.py check-readme README.md || code=1
+python3 adapters/python/peers_check.py check-doc docs/peers.md || code=1
 echo "peers: done in $(($(date +%s) - start)) s" \
   "(reports: $OUT/<peer>/report.html, $OUT/findings.md)"
 exit $code

@@ -14,9 +14,10 @@ The Triton kernels run on CUDA tensors only: without a usable GPU every case is 
 ("unsupported: no GPU ..."). {out} records the function, its file and the versions (attributes
 "implementation", "versions").
 
-Conventions, and what the adapter converts (DESIGN.md is the contract):
-  Triton kernels: DESIGN.md's conventions are FLA's own. q, k [B,T,H,K], v [B,T,HV,V], g and
-    beta [B,T,HV], GVA value head i -> q/k head i // (HV/H), scale K^-0.5 (scale=None),
+Conventions, and what the adapter converts (docs/semantics.md is the contract):
+  Triton kernels: the conventions of docs/semantics.md are FLA's own. q, k [B,T,H,K],
+    v [B,T,HV,V], g and beta [B,T,HV], GVA value head i -> q/k head i // (HV/H), scale K^-0.5
+    (scale=None),
     use_qk_l2norm_in_kernel = the case's l2, cu_seqlens (int64) for packed layouts,
     initial_state / final_state [N,HV,K,V] fp32. Inputs go to the GPU as they are; no conversion.
   Naive references: plain PyTorch in fp32, one batch row per sequence, none of the kernel
@@ -26,7 +27,7 @@ Conventions, and what the adapter converts (DESIGN.md is the contract):
       zero-length sequences are not called (their final state is their initial state);
     - GVA: v has as many heads as q/k; q and k are repeat_interleave'd to HV heads (blocked);
     - L2 norm: none inside; with l2=1 the adapter normalizes q and k in fp32,
-      x / sqrt(sum x^2 + 1e-6) (DESIGN.md's and FLA's l2norm);
+      x / sqrt(sum x^2 + 1e-6) (docs/semantics.md's and FLA's l2norm);
     - argument order differs between the two (naive_recurrent: q, k, v, beta, g); passed by name;
     - outputs come back in fp32 and are rounded once to the case's dtype when written.
   Not supported (declined): cache=pool / spec (states addressed through slot indices: none of

@@ -20,8 +20,8 @@ The protocol (golden/README.md, "External programs"):
          declined with a root attribute "unsupported" holding the reason. A non-zero exit, a crash
          or a missing dataset is a verdict error, never a pass.
 
-The rule (DESIGN.md): per sequence and value head, with state S [K, V] and value head i using
-q/k head i // (HV / H), token by token:
+The rule (docs/semantics.md): per sequence and value head, with state S [K, V] and value head i
+using q/k head i // (HV / H), token by token:
     S <- exp(g_t) S;  u = beta_t (v_t - S^T k_t);  S <- S + k_t u^T;  o_t = S^T (scale q_t)
 with q, k optionally L2-normalized (x / sqrt(sum x^2 + 1e-6)) and scale = K^-0.5. Computed in
 float64 and rounded once to the output dtype.

@@ -9,10 +9,10 @@
         (in either direction) or a peer did not run as it should; 0 otherwise, also when a peer
         is skipped because scripts/peers-setup.sh could not install its packages (a banner says
         so). Writes findings.md and findings.json (versions, what ran, verdicts) into --out.
-    peers_check.py table                     prints the README's findings table from the file
-    peers_check.py check-readme README.md    exit 1 when the README's table is not that table
-    peers_check.py self-test                 shows that a changed finding and a stale README
-                                             table are caught (run by ctest)
+    peers_check.py table                     prints the findings table of docs/peers.md
+    peers_check.py check-doc docs/peers.md   exit 1 when that page's table is not the file's
+    peers_check.py self-test                 shows that a changed finding and a stale table are
+                                             caught (run by ctest)
 
 A family's verdict is the verdict of all its cases when they agree, else "mixed(a,b)".
 """
@@ -52,20 +52,20 @@ def render_table(doc):
     return "\n".join(rows) + "\n"
 
 
-def readme_section(text):
+def doc_section(text):
     if BEGIN not in text or END not in text:
         return None
     return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
 
 
-def check_readme(readme, doc):
-    with open(readme) as f:
-        section = readme_section(f.read())
+def check_doc(page, doc):
+    with open(page) as f:
+        section = doc_section(f.read())
     want = render_table(doc)
     if section is None:
-        return f"{readme}: no findings table (markers {BEGIN!r} ... {END!r})"
+        return f"{page}: no findings table (markers {BEGIN!r} ... {END!r})"
     if section != want:
-        return (f"{readme}: the findings table differs from {os.path.relpath(EXPECTED)}; "
+        return (f"{page}: the findings table differs from {os.path.relpath(EXPECTED)}; "
                 f"paste the output of `python3 adapters/python/peers_check.py table`")
     return None
 
@@ -208,8 +208,8 @@ def run(args):
         banner([f"PEER FINDINGS CHANGED: {len(changed)} famil{'y' if len(changed) == 1 else 'ies'}"]
                + [f"  {p} / {f}: pinned {w}, now {g}" for p, f, w, g, _ in changed]
                + ["  upstream fixed or broke something, or deltacheck changed: look at the "
-                  "reports, then update adapters/python/expected-findings.json and the README "
-                  "table (peers_check.py table)"])
+                  "reports, then update adapters/python/expected-findings.json and the "
+                  "table in docs/peers.md (peers_check.py table)"])
     skipped = sorted({r[0] for r in rows if r[4] == "skipped"})
     if skipped:
         print(f"peers: skipped (packages not installed): {', '.join(skipped)}")
@@ -219,7 +219,7 @@ def run(args):
 
 
 def self_test():
-    """The comparison and the README check must be able to fail."""
+    """The comparison and the table check must be able to fail."""
     doc = load(EXPECTED)
     peer = doc["peers"][0]
     good = {c: fam["expect"] for fam in peer["families"] for c in fam["cases"]}
@@ -238,16 +238,16 @@ def self_test():
     skipped = compare({"peers": [peer]}, {peer["name"]: "not installed"}, {})
     assert all(r[4] == "skipped" for r in skipped)
     with tempfile.TemporaryDirectory() as d:
-        readme = os.path.join(d, "README.md")
-        with open(readme, "w") as f:
+        page = os.path.join(d, "peers.md")
+        with open(page, "w") as f:
             f.write(f"# x\n\n{BEGIN}\n{render_table(doc)}{END}\n")
-        assert check_readme(readme, doc) is None
+        assert check_doc(page, doc) is None
         stale = json.loads(json.dumps(doc))
         stale["peers"][0]["families"][0]["expect"] = "fail"
-        assert check_readme(readme, stale) is not None
-        with open(readme, "w") as f:
+        assert check_doc(page, stale) is not None
+        with open(page, "w") as f:
             f.write("# no table\n")
-        assert check_readme(readme, doc) is not None
+        assert check_doc(page, doc) is not None
     print("peers_check self-test: 4 passed, 0 failed")
     return 0
 
@@ -263,10 +263,10 @@ def main():
     r.add_argument("--jobs", type=int, default=2)
     r.add_argument("--timeout", type=float, default=300)
     r.add_argument("--peer", action="append", help="only this peer (repeatable)")
-    t = sub.add_parser("table", help="print the README table")
+    t = sub.add_parser("table", help="print the findings table of docs/peers.md")
     t.add_argument("--expected", default=EXPECTED)
-    c = sub.add_parser("check-readme", help="compare the README table with the file")
-    c.add_argument("readme")
+    c = sub.add_parser("check-doc", help="compare a page's findings table with the file")
+    c.add_argument("page", nargs="?", default=os.path.normpath(os.path.join(HERE, "..", "..", "docs", "peers.md")))
     c.add_argument("--expected", default=EXPECTED)
     sub.add_parser("self-test", help="show that changed findings and stale tables are caught")
     args = ap.parse_args()
@@ -275,12 +275,12 @@ def main():
     if args.command == "table":
         sys.stdout.write(render_table(load(args.expected)))
         return 0
-    if args.command == "check-readme":
-        problem = check_readme(args.readme, load(args.expected))
+    if args.command == "check-doc":
+        problem = check_doc(args.page, load(args.expected))
         if problem:
             print(f"peers: {problem}", file=sys.stderr)
             return 1
-        print(f"peers: {args.readme}: findings table matches {os.path.basename(EXPECTED)}")
+        print(f"peers: {args.page}: findings table matches {os.path.basename(EXPECTED)}")
         return 0
     return self_test()
 

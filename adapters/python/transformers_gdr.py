@@ -19,14 +19,15 @@ dispatcher would call ("dispatch_would_call") and the versions (of the kernel pa
 the model itself does on this machine.
 
 How the model calls it, and so how this adapter calls it:
-  - Layout [B, T, H, K] / [B, T, HV, V], g and beta [B, T, HV]: DESIGN.md's own layout (the
+  - Layout [B, T, H, K] / [B, T, HV, V], g and beta [B, T, HV]: the layout of docs/semantics.md (the
     function transposes to [B, H, T, D] inside). No conversion.
-  - g is log-space decay (fp32), beta in (0, 1) in the activation dtype: as DESIGN.md.
+  - g is log-space decay (fp32), beta in (0, 1) in the activation dtype: as docs/semantics.md.
   - GVA: repeat_interleave of q/k heads, i.e. value head i uses q/k head i // (HV / H) (blocked,
-    as DESIGN.md and FLA). No conversion. (Before Transformers 5 the model repeated the heads
-    before calling; for such a version the adapter repeats them the same way.)
-  - scale: fixed K^-0.5 inside (no argument); DESIGN.md's default. l2: the case's l2 parameter is
-    passed as use_qk_l2norm_in_kernel (rsqrt(sum x^2 + 1e-6), as DESIGN.md).
+    as docs/semantics.md and FLA). No conversion. (Before Transformers 5 the model repeated the
+    heads before calling; for such a version the adapter repeats them the same way.)
+  - scale: fixed K^-0.5 inside (no argument), the default of docs/semantics.md. l2: the case's l2
+    parameter is passed as
+    use_qk_l2norm_in_kernel (rsqrt(sum x^2 + 1e-6), as docs/semantics.md).
   - Packed layouts (B = 1 with cu_seqlens): the model passes `cu_seqlens=` (from the
     `cu_seq_lens_q` kwarg of padding-free training); the adapter passes it the same way when the
     function's signature takes it, explicitly or through **kwargs. The function then decides what

@@ -35,7 +35,7 @@ Outputs, converted to deltacheck's (harness/mask_problem.h):
     key buffer, masked elsewhere.
 Older Transformers (4.5x) named the arguments input_embeds, past_key_values and cache_position;
 the adapter passes whichever names the installed version takes.
-Declined (verdict unsupported), as DESIGN.md "Masks" expects of Transformers:
+Declined (verdict unsupported), as docs/semantics.md "Masks" expects of Transformers:
   - position_ids with a 2-D mask or a cache, or with causal=0: Transformers looks for packed
     sequences only without a 2-D mask and without a cache (and never for bidirectional masks);
   - format=additive-inf: Transformers' additive masks hold finfo(dtype).min, never -inf;
@@ -177,7 +177,7 @@ def unsupported_combination(case):
     if case.param("packed", "none") != "none":
         if case.param("padding", "none") != "none" or case.param("cache") != "none":
             return ("Transformers looks for packed sequences in position_ids only without a 2-D "
-                    "attention mask and without a cache (DESIGN.md, Masks)")
+                    "attention mask and without a cache (docs/semantics.md, Masks)")
         if case.param("causal", "1") == "0":
             return "Transformers' bidirectional masks take no position_ids (no packed sequences)"
     if case.param("format") == "additive-inf":

@@ -25,7 +25,7 @@ struct GdrCall {
   at::Tensor q, k, v, g, beta, cu_seqlens,
       initial_state;  // cu_seqlens / initial_state may be undefined
   at::Tensor o, final_state;
-  deltacheck::kernels::cpu::GatedDeltaRuleParams params;
+  deltacheck::kernels::GatedDeltaRuleParams params;
   // No tokens at all (an empty piece of a chunked prefill): nothing to compute, final_state
   // already holds the initial state. The kernel is not called: empty tensors have no data.
   bool empty = false;
@@ -89,7 +89,7 @@ inline GdrCall prepare_gdr_call(const at::Tensor& q, const at::Tensor& k, const 
     return c;
   }
 
-  deltacheck::kernels::cpu::GatedDeltaRuleParams& p = c.params;
+  deltacheck::kernels::GatedDeltaRuleParams& p = c.params;
   p.batch = B;
   p.seq_len = T;
   p.num_heads = H;

@@ -18,7 +18,7 @@ std::tuple<at::Tensor, at::Tensor> leaky_chunk_gated_delta_rule(
     const at::Tensor& beta, const c10::optional<at::Tensor>& cu_seqlens,
     const c10::optional<at::Tensor>& initial_state, double scale, bool use_qk_l2norm) {
   GdrCall c = prepare_gdr_call(q, k, v, g, beta, cu_seqlens, initial_state, scale, use_qk_l2norm);
-  const deltacheck::kernels::cpu::GatedDeltaRuleParams& p = c.params;
+  const deltacheck::kernels::GatedDeltaRuleParams& p = c.params;
   if (c.empty) return {c.o, c.final_state};
   if (!p.cu_seqlens) {  // batch rows are separate anyway
     check_kernel_status(deltacheck::kernels::cpu::chunked_gated_delta_rule(p));
@@ -32,7 +32,7 @@ std::tuple<at::Tensor, at::Tensor> leaky_chunk_gated_delta_rule(
   float* final_state = c.final_state.data_ptr<float>();
   for (int64_t i = 0; i < p.num_seqs; ++i) {
     const int64_t begin = p.cu_seqlens[i], len = p.cu_seqlens[i + 1] - begin;
-    deltacheck::kernels::cpu::GatedDeltaRuleParams s = p;
+    deltacheck::kernels::GatedDeltaRuleParams s = p;
     s.batch = 1;
     s.seq_len = len;
     s.cu_seqlens = nullptr;

@@ -14,7 +14,7 @@ namespace deltacheck::harness {
 
 kernels::cpu::RecurrentDecodeParams decode_params(const cases::Case& c, const cases::TensorMap& in,
                                                   cases::TensorMap& out, int64_t tokens) {
-  const kernels::cpu::GatedDeltaRuleParams g = gdr_params(c, in, out);
+  const kernels::GatedDeltaRuleParams g = gdr_params(c, in, out);
   kernels::cpu::RecurrentDecodeParams p;
   const int64_t total = g.batch * g.seq_len;
   p.num_seqs = total / tokens;
@@ -37,7 +37,7 @@ Status run_cpu_gdr_case(const cases::Case& c, const cases::TensorMap& in, cases:
     const cases::Tensor& slots = in.at("state_slots");
     const GdrDims d = gdr_dims(c);
     if (cache == "pool" && !one_token_per_sequence(d)) {
-      kernels::cpu::GatedDeltaRuleParams p = gdr_params(c, in, out);
+      kernels::GatedDeltaRuleParams p = gdr_params(c, in, out);
       p.initial_state = pool.as<float>();
       p.final_state = pool.as<float>();  // in place on the pool
       p.state_slots = slots.as<int32_t>();

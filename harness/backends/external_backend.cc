@@ -364,9 +364,9 @@ struct Guarded {
 // (`channel_fd` < 0): stdin from /dev/null, stdout and stderr to files. Serve mode: stdin and
 // stdout are `channel_fd` (the caller closes its copy), stderr appends to `err_path`, and
 // DELTACHECK_SERVE=1 is in the environment.
-golden::StatusOr<Guarded> start_guarded(const std::string& cmd, int channel_fd,
-                                        const std::string& out_path, const std::string& err_path,
-                                        const std::string& tmpdir, uint64_t max_file_bytes) {
+StatusOr<Guarded> start_guarded(const std::string& cmd, int channel_fd, const std::string& out_path,
+                                const std::string& err_path, const std::string& tmpdir,
+                                uint64_t max_file_bytes) {
   const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
   // The environment (built before fork: the child may only make async-signal-safe calls).
   std::vector<std::string> env;
@@ -402,7 +402,7 @@ golden::StatusOr<Guarded> start_guarded(const std::string& cmd, int channel_fd,
 
 // How the program under a guard that has exited (and been waited for) ended, from the guard's
 // report. Closes the report pipe.
-golden::StatusOr<Exit> guard_exit(Guarded& g, bool timed_out) {
+StatusOr<Exit> guard_exit(Guarded& g, bool timed_out) {
   Exit e;
   e.timed_out = timed_out;
   GuardMessage m;
@@ -430,7 +430,7 @@ golden::StatusOr<Exit> guard_exit(Guarded& g, bool timed_out) {
 }
 
 // Tells the guard to stop (it kills everything the program started, then exits) and waits for it.
-golden::StatusOr<Exit> stop_guarded(Guarded& g, bool timed_out) {
+StatusOr<Exit> stop_guarded(Guarded& g, bool timed_out) {
   kill(g.guard, SIGTERM);
   int status;
   while (waitpid(g.guard, &status, 0) < 0 && errno == EINTR) {
@@ -440,11 +440,10 @@ golden::StatusOr<Exit> stop_guarded(Guarded& g, bool timed_out) {
 
 // Runs `cmd` through /bin/sh under a guard (above), stdin from /dev/null and stdout/stderr to
 // files; after `timeout_s` the guard is told to stop, and kills everything the program started.
-golden::StatusOr<Exit> run_program(const std::string& cmd, double timeout_s,
-                                   const std::string& out_path, const std::string& err_path,
-                                   const std::string& tmpdir, uint64_t max_file_bytes) {
-  golden::StatusOr<Guarded> started =
-      start_guarded(cmd, -1, out_path, err_path, tmpdir, max_file_bytes);
+StatusOr<Exit> run_program(const std::string& cmd, double timeout_s, const std::string& out_path,
+                           const std::string& err_path, const std::string& tmpdir,
+                           uint64_t max_file_bytes) {
+  StatusOr<Guarded> started = start_guarded(cmd, -1, out_path, err_path, tmpdir, max_file_bytes);
   if (!started.ok()) return started.status();
   Guarded g = started.value();
   const auto deadline =
@@ -556,7 +555,7 @@ class Worker {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
       return Status::Internal(std::string("socketpair failed: ") + std::strerror(errno));
-    golden::StatusOr<Guarded> g = start_guarded(cmd, sv[1], "", err_path(), tmp, file_limit);
+    StatusOr<Guarded> g = start_guarded(cmd, sv[1], "", err_path(), tmp, file_limit);
     close(sv[1]);
     if (!g.ok()) {
       close(sv[0]);
@@ -581,7 +580,7 @@ class Worker {
     else if (got == Got::kTooLong)
       why << "external worker's first line is over " << kMaxLine << " bytes";
     const std::string tail = said(err_path());
-    golden::StatusOr<Exit> e = stop(got == Got::kTimeout, /*keep_folder=*/true);
+    StatusOr<Exit> e = stop(got == Got::kTimeout, /*keep_folder=*/true);
     if (got == Got::kEnded) {
       const bool exec_failed = e.ok() && e.value().exec_errno != 0;
       const std::string how = e.ok() ? ended_badly(e.value(), folder(), file_limit, tail) : "";
@@ -631,7 +630,7 @@ class Worker {
 
   // Sends one request and waits up to `timeout_s` for the answer line; any failure stops the
   // worker and comes back as the call's error.
-  golden::StatusOr<std::string> call(const std::string& request, double timeout_s) {
+  StatusOr<std::string> call(const std::string& request, double timeout_s) {
     ++calls_;
     (void)truncate(err_path().c_str(), 0);  // stderr per call: appended from offset 0 again
     const std::string line = request + "\n";
@@ -649,7 +648,7 @@ class Worker {
     const Got got = read_line(deadline(timeout_s), answer);
     if (got == Got::kLine) return answer;
     const std::string tail = said(err_path());
-    golden::StatusOr<Exit> e = stop(got == Got::kTimeout, /*keep_folder=*/true);
+    StatusOr<Exit> e = stop(got == Got::kTimeout, /*keep_folder=*/true);
     std::ostringstream why;
     if (got == Got::kTimeout) {
       why << "external worker timed out after " << timeout_s_str(timeout_s)
@@ -671,11 +670,11 @@ class Worker {
 
   // Kills the worker with everything it started and removes its folder (unless kept, for a
   // message); how it ended, as the guard saw it (an error when it was not running).
-  golden::StatusOr<Exit> stop(bool timed_out = false, bool keep_folder = false) {
+  StatusOr<Exit> stop(bool timed_out = false, bool keep_folder = false) {
     if (!running()) return Status::Internal("not running");
     if (fd_ >= 0) close(fd_);
     fd_ = -1;
-    golden::StatusOr<Exit> e = reaped_ ? guard_exit(g_, timed_out) : stop_guarded(g_, timed_out);
+    StatusOr<Exit> e = reaped_ ? guard_exit(g_, timed_out) : stop_guarded(g_, timed_out);
     reaped_ = false;
     g_ = Guarded{};
     if (!keep_folder) dir_.reset();
@@ -811,7 +810,7 @@ class ExternalBackend : public Backend {
     const std::string cmd =
         substitute(substitute(cmd_, "{in}", shell_quote(in)), "{out}", shell_quote(out));
     const std::string err_path = dir.path() + "/stderr.txt";
-    golden::StatusOr<Exit> e =
+    StatusOr<Exit> e =
         run_program(cmd, timeout_s_, dir.path() + "/stdout.txt", err_path, dir.path(), max_file);
     if (!e.ok()) return e.status();
     if (e.value().exec_errno != 0) return Status::Internal(exec_failure(e.value().exec_errno));
@@ -878,7 +877,7 @@ class ExternalBackend : public Backend {
     } remove{dir};
     const std::string in = dir + "/in.h5", out = dir + "/out.h5";
     if (Status st = write_in(in, c, inputs, outputs); !st.ok()) return st;
-    golden::StatusOr<std::string> answer = w.call("run\t" + in + "\t" + out, timeout_s_);
+    StatusOr<std::string> answer = w.call("run\t" + in + "\t" + out, timeout_s_);
     if (!answer.ok()) return answer.status();
     const std::string& a = answer.value();
     const size_t space = a.find(' ');

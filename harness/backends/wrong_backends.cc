@@ -19,7 +19,7 @@
 namespace deltacheck::harness {
 namespace {
 
-using kernels::cpu::GatedDeltaRuleParams;
+using kernels::GatedDeltaRuleParams;
 
 class WrongBackend : public Backend {
  public:
@@ -191,7 +191,7 @@ std::vector<std::unique_ptr<Backend>> make_wrong_backends() {
   v.push_back(std::make_unique<RowChunkGrid>());
   v.push_back(std::make_unique<ReadoutBeforeUpdate>());
   v.push_back(std::make_unique<IgnoreState>());
-  for (auto& b : make_wrong_mask_backends()) v.push_back(std::move(b));  // mask builders
+  for (auto& b : make_wrong_mask_backends()) v.push_back(std::move(b));   // mask builders
   for (auto& b : make_wrong_cache_backends()) v.push_back(std::move(b));  // state between calls
   return v;
 }

@@ -1,5 +1,5 @@
 // Deliberately crashing backends, which prove that --isolate contains what a broken kernel does
-// to the process (README: Reliability). Each is the cpu backend except on some cases:
+// to the process (docs/reliability.md). Each is the cpu backend except on some cases:
 //   wrong:segfault  dies of SIGSEGV on cases with a zero-length sequence
 //   wrong:hang      never returns on one-token decode cases (cache=decode)
 // Outside an isolated child process they decline every case (unsupported: "run it with

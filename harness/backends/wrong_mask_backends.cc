@@ -128,7 +128,7 @@ struct StaticByUsedLengthApi : CpuMaskApi {
     if (!p.static_cache) return cpu::layer_masks(types, p, out);
     const Shrunk s = by_used_length(p);
     if (Status st = cpu::layer_masks(types, s.p, out); !st.ok()) return st;
-    for (cpu::LayerMask& m : out->masks) {
+    for (kernels::LayerMask& m : out->masks) {
       if (m.kind != LayerMaskKind::kAttention) continue;
       std::vector<uint8_t> wide(static_cast<size_t>(p.batch * p.q_len * p.kv_length));
       widen<uint8_t>(m.mask, p.batch * p.q_len, s.used, p.kv_length, 1, wide.data());

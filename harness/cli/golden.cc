@@ -27,7 +27,6 @@ namespace {
 
 using golden::FixtureCase;
 using golden::FixtureReader;
-using golden::StatusOr;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

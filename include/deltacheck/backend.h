@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "deltacheck/case.h"
 #include "harness/backend.h"
-#include "kernels/common/status.h"
 
 namespace deltacheck {
 
@@ -30,12 +30,12 @@ namespace deltacheck {
 //   bool deliberately_wrong() const;          // default false
 //   bool deliberately_correct() const;        // default false (the false-positive panel)
 // run() writes every tensor of `outputs`; the names, shapes and dtypes are fixed by the
-// operation (DESIGN.md; for gdr see deltacheck/gdr.h). Cases of multi-call cache modes
+// operation (docs/semantics.md; for gdr see deltacheck/gdr.h). Cases of multi-call cache modes
 // (chunked prefill, dynamic decode) are driven by deltacheck as several run() calls, each with
 // cache=prefill or cache=decode, carrying the states the backend returned.
 using Backend = harness::Backend;
 using Support = harness::Support;
-// Status (deltacheck::Status, kernels/common/status.h): Status::Ok(), InvalidArgument(msg),
+// Status (deltacheck::Status, core/status.h): Status::Ok(), InvalidArgument(msg),
 // Unsupported(msg) (verdict unsupported), Internal(msg) (verdict error).
 
 // run() and supports() of a FunctionBackend.

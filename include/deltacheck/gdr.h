@@ -1,5 +1,5 @@
 // The gated delta rule on raw buffers: a gdr case as the pointers and sizes a kernel takes, and a
-// backend made from one kernel function. Semantics (FLA's conventions; DESIGN.md):
+// backend made from one kernel function. Semantics (FLA's conventions; docs/semantics.md):
 //   per sequence and value head, per token t in order:
 //     S <- exp(g_t) S;  u = beta_t (v_t - S^T k_t);  S <- S + k_t u^T;  o_t = S^T (scale q_t)
 //   with q and k L2-normalized first when use_qk_l2norm (x / sqrt(sum x^2 + 1e-6)); value head i

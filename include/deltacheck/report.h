@@ -1,16 +1,16 @@
 // Reports of results: the console lines `deltacheck run` prints, the gate (which verdicts fail a
 // run), and the report files — report.json, junit.xml (CI test reports), summary.md (a job
 // summary) and report.html (one self-contained page) — from one Report model, written the way
-// `deltacheck run --report-dir` writes them (README: "Reports for CI and for kernel developers").
+// `deltacheck run --report-dir` writes them (docs/reports.md).
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "deltacheck/case.h"
 #include "deltacheck/result.h"
-#include "kernels/common/status.h"
 #include "reports/report.h"
 
 namespace deltacheck {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/parallel_for.h"
+#include "core/parallel_for.h"
 #include "kernels/cpu/row_conversion.h"
 #include "kernels/cpu/sequence_checks.h"
 
@@ -116,14 +116,14 @@ Status run_conv(const CausalConv1dParams& p) {
         tiles.push_back(
             {s, t0, std::min(len, t0 + kTokenBlock), c0, std::min(D, c0 + kChannelBlock)});
   }
-  parallel_for(static_cast<int64_t>(tiles.size()), p.num_threads, [&](int64_t i) {
+  core::parallel_for(static_cast<int64_t>(tiles.size()), p.num_threads, [&](int64_t i) {
     thread_local std::vector<float> window;
     conv_tile<W>(p, wt.data(), seqs[tiles[i].seq], tiles[i], window);
   });
   // Only after every tile has read the carried-in states may they be overwritten (in place).
   if (p.final_state)
-    parallel_for(static_cast<int64_t>(seqs.size()), p.num_threads,
-                 [&](int64_t i) { store_final_state<W>(p, seqs[i]); });
+    core::parallel_for(static_cast<int64_t>(seqs.size()), p.num_threads,
+                       [&](int64_t i) { store_final_state<W>(p, seqs[i]); });
   return Status::Ok();
 }
 
@@ -149,7 +149,7 @@ template <int W>
 Status run_update(const CausalConv1dUpdateParams& p) {
   const int64_t D = p.channels;
   const int64_t blocks = (D + kChannelBlock - 1) / kChannelBlock;
-  parallel_for(p.num_seqs * blocks, p.num_threads, [&](int64_t i) {
+  core::parallel_for(p.num_seqs * blocks, p.num_threads, [&](int64_t i) {
     const int64_t seq = i / blocks, c0 = (i % blocks) * kChannelBlock;
     const int64_t row = p.state_slots ? p.state_slots[seq] : seq;
     if (row < 0) return;  // padding entry

@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
-#include "kernels/common/half.h"
-#include "kernels/common/status.h"
+#include "core/half.h"
+#include "core/status.h"
 
 namespace deltacheck::kernels::cpu {
 

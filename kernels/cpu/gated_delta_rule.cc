@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/parallel_for.h"
+#include "core/parallel_for.h"
 #include "kernels/cpu/row_conversion.h"
 
 namespace deltacheck::kernels::cpu {
@@ -430,7 +430,7 @@ void recurrent_lane(const GatedDeltaRuleParams& p, const Lane& L, std::vector<fl
 Status chunked_gated_delta_rule(const GatedDeltaRuleParams& p) {
   if (Status st = check(p); !st.ok()) return st;
   const std::vector<Lane> lanes = make_lanes(p);
-  parallel_for(static_cast<int64_t>(lanes.size()), p.num_threads, [&](int64_t i) {
+  core::parallel_for(static_cast<int64_t>(lanes.size()), p.num_threads, [&](int64_t i) {
     thread_local ChunkScratch scratch;
     scratch.resize(p.chunk_size, p.key_dim, p.value_dim);
     chunked_lane(p, lanes[i], scratch);
@@ -442,7 +442,7 @@ Status recurrent_gated_delta_rule(const GatedDeltaRuleParams& p) {
   if (Status st = check(p); !st.ok()) return st;
   const std::vector<Lane> lanes = make_lanes(p);
   const int64_t K = p.key_dim, V = p.value_dim;
-  parallel_for(static_cast<int64_t>(lanes.size()), p.num_threads, [&](int64_t i) {
+  core::parallel_for(static_cast<int64_t>(lanes.size()), p.num_threads, [&](int64_t i) {
     thread_local std::vector<float> scratch;
     scratch.resize(static_cast<size_t>(K * V + 2 * K + 2 * V));
     recurrent_lane(p, lanes[i], scratch);

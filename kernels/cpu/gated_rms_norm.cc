@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/parallel_for.h"
+#include "core/parallel_for.h"
 #include "kernels/cpu/row_conversion.h"
 
 namespace deltacheck::kernels::cpu {
@@ -36,7 +36,7 @@ Status gated_rms_norm(const GatedRmsNormParams& p) {
   const int64_t rows = p.num_tokens * p.num_heads;
   const int64_t rows_per_task = std::max<int64_t>(1, kElementsPerTask / p.dim);
   const int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
-  parallel_for(tasks, p.num_threads, [&](int64_t task) {
+  core::parallel_for(tasks, p.num_threads, [&](int64_t task) {
     thread_local std::vector<float> scratch;
     scratch.resize(static_cast<size_t>(2 * p.dim));
     const int64_t r1 = std::min(rows, (task + 1) * rows_per_task);

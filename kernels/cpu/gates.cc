@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/parallel_for.h"
+#include "core/parallel_for.h"
 
 namespace deltacheck::kernels::cpu {
 namespace {
@@ -30,7 +30,7 @@ Status gates(const GatesParams& p) {
   for (int64_t h = 0; h < HV; ++h) decay_rate[h] = std::exp(p.A_log[h]);
   const int64_t tokens_per_task = std::max<int64_t>(1, kElementsPerTask / HV);
   const int64_t tasks = (p.num_tokens + tokens_per_task - 1) / tokens_per_task;
-  parallel_for(tasks, p.num_threads, [&](int64_t task) {
+  core::parallel_for(tasks, p.num_threads, [&](int64_t task) {
     const int64_t t0 = task * tokens_per_task;
     const int64_t t1 = std::min(p.num_tokens, t0 + tokens_per_task);
     for (int64_t t = t0; t < t1; ++t) {

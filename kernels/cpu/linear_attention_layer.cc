@@ -7,11 +7,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/parallel_for.h"
 #include "kernels/cpu/causal_conv1d.h"
 #include "kernels/cpu/gated_delta_rule.h"
 #include "kernels/cpu/gated_rms_norm.h"
 #include "kernels/cpu/gates.h"
-#include "kernels/cpu/parallel_for.h"
 #include "kernels/cpu/recurrent_decode.h"
 #include "kernels/cpu/sequence_checks.h"
 
@@ -191,7 +191,7 @@ Status linear_attention_layer(const LinearAttentionLayerParams& p) {
   // q | k | v channels of each token into the contiguous [T, heads, dim] layout the rule takes.
   const int64_t qk_bytes = H * K * es, v_bytes = HV * V * es;
   const int64_t split_tasks = (T + kTokensPerSplitTask - 1) / kTokensPerSplitTask;
-  parallel_for(split_tasks, p.num_threads, [&](int64_t task) {
+  core::parallel_for(split_tasks, p.num_threads, [&](int64_t task) {
     const int64_t t1 = std::min(T, (task + 1) * kTokensPerSplitTask);
     for (int64_t t = task * kTokensPerSplitTask; t < t1; ++t) {
       const unsigned char* row = mixed.data() + t * D * es;

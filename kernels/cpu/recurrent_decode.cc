@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/parallel_for.h"
+#include "core/parallel_for.h"
 #include "kernels/cpu/row_conversion.h"
 #include "kernels/cpu/sequence_checks.h"
 
@@ -89,7 +89,7 @@ Status recurrent_decode(const RecurrentDecodeParams& p) {
   if (Status st = check_state_slots(p.state_slots, p.num_seqs, rows, true); !st.ok()) return st;
 
   const int64_t HV = p.num_value_heads;
-  parallel_for(p.num_seqs * HV, p.num_threads, [&](int64_t i) {
+  core::parallel_for(p.num_seqs * HV, p.num_threads, [&](int64_t i) {
     const int64_t seq = i / HV, head = i % HV;
     const int64_t row = p.state_slots ? p.state_slots[seq] : seq;
     if (row < 0) return;  // padding entry

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "kernels/common/half.h"
+#include "core/half.h"
 
 namespace deltacheck::kernels::cpu {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common/status.h"
+#include "core/status.h"
 
 namespace deltacheck::kernels::cpu {
 

@@ -1,5 +1,5 @@
-// CUDA kernels for the short causal convolution of the linear-attention layer (DESIGN.md, "Around
-// the rule"): depthwise over the channels, width W, optional bias, optional SiLU, fp32
+// CUDA kernels for the short causal convolution of the linear-attention layer (docs/semantics.md,
+// "Around the rule"): depthwise over the channels, width W, optional bias, optional SiLU, fp32
 // accumulation, on raw device buffers.
 //
 // y[t, d] = act(bias[d] + sum_{j < W} weight[d, j] * x[t - (W-1) + j, d]); positions before a
@@ -14,8 +14,8 @@
 
 #include <cstdint>
 
-#include "kernels/common/half.h"
-#include "kernels/common/status.h"
+#include "core/half.h"
+#include "core/status.h"
 
 namespace deltacheck::kernels::cuda {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/common/status.h"
+#include "core/status.h"
 
 namespace deltacheck::kernels::cuda {
 

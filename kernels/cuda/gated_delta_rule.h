@@ -1,4 +1,5 @@
-// CUDA kernels for the gated delta rule on raw device buffers (DESIGN.md, "Gated delta rule").
+// CUDA kernels for the gated delta rule on raw device buffers (docs/semantics.md, "Gated delta
+// rule").
 //
 // chunked_gated_delta_rule: the chunked (WY / UT-transform) form for prefill, one CTA per
 // (sequence, value head, block of 32 value columns), the state slice in shared memory, chunks of
@@ -6,8 +7,8 @@
 // token-by-token recurrence in fp32, the same-precision baseline. recurrent_decode: the same
 // recurrence in place on a state pool, optionally writing the state after every token.
 //
-// The parameter struct mirrors kernels/cpu/gated_delta_rule.h field for field (less the CPU's
-// num_threads); every pointer is a device pointer. All calls are asynchronous on `stream`: a
+// The parameter struct is kernels/common/gated_delta_rule_params.h, the CPU kernels' own; every
+// pointer is a device pointer. All calls are asynchronous on `stream`: a
 // returned Ok means the launch was accepted, not that the kernel has finished.
 #pragma once
 
@@ -15,40 +16,11 @@
 
 #include <cstdint>
 
-#include "kernels/common/half.h"
-#include "kernels/common/status.h"
+#include "core/half.h"
+#include "core/status.h"
+#include "kernels/common/gated_delta_rule_params.h"
 
 namespace deltacheck::kernels::cuda {
-
-struct GatedDeltaRuleParams {
-  int64_t batch = 1;            // B; must be 1 when cu_seqlens is given
-  int64_t seq_len = 0;          // T
-  int64_t num_heads = 1;        // H
-  int64_t num_value_heads = 1;  // HV, HV % H == 0 (value head i uses q/k head i / (HV / H))
-  int64_t key_dim = 0;          // K, at most 128
-  int64_t value_dim = 0;        // V
-  ScalarType dtype = ScalarType::kFloat32;  // of q, k, v, beta and o
-  const void* q = nullptr;                  // [B, T, H, K]
-  const void* k = nullptr;                  // [B, T, H, K]
-  const void* v = nullptr;                  // [B, T, HV, V]
-  const float* g = nullptr;                 // [B, T, HV] fp32 log-space decay
-  const void* beta = nullptr;               // [B, T, HV]
-  void* o = nullptr;                        // [B, T, HV, V]
-  const int64_t* cu_seqlens = nullptr;  // [num_seqs + 1] on the device, or nullptr (num_seqs = B)
-  int64_t num_seqs = 0;                 // used only with cu_seqlens
-  // States are fp32 [rows, HV, K, V]. Sequence i reads row state_slots[i] (or i when state_slots
-  // is nullptr) of initial_state, and writes the same row of final_state. A negative slot marks a
-  // padding entry: nothing of it is read, written or computed (its output stays untouched).
-  // initial_state == final_state is allowed (in place on a pool); non-negative slots must be
-  // distinct. initial_state nullptr: zero state; final_state nullptr: not kept.
-  const float* initial_state = nullptr;
-  float* final_state = nullptr;
-  const int32_t* state_slots = nullptr;  // [num_seqs] on the device
-  int64_t num_state_rows = 0;  // rows of the state buffers, for bounds checks (0: = num_seqs)
-  float scale = 0.0f;          // <= 0: K^-0.5
-  bool use_qk_l2norm = false;
-  int64_t chunk_size = 64;  // chunked only: 1..64
-};
 
 // Whether the chunked kernel can run p, judged from the host-side fields only (shapes, pointers,
 // sizes, dtype). InvalidArgument for an inconsistent problem, Unsupported (with the reason) for a

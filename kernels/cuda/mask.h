@@ -1,39 +1,16 @@
-// CUDA builders for attention masks and packed-sequence boundaries (DESIGN.md, "Masks"), on raw
-// device buffers. The rules are exactly those of reference/mask.h, which the results are compared
-// to bit for bit:
-//   causal   kv <= q_abs                                  (q_abs = q_offset[b] + q)
-//   window   kv >  q_abs - W                              (W = sliding_window > 0)
-//   chunk    floor((kv - lp) / C) == floor((q_abs - lp) / C)   (lp = leading zeros of the
-//            padding row, so chunks are counted from the first real token)
-//   padding  padding_mask[b, kv] != 0
-//   segment  segment(b, kv) == segment(b, q), with keys before q_offset in segment 0 (the cached
-//            prefix), new tokens in their own segment and keys past the new tokens in none.
-// A new segment starts at the first new token and wherever position_ids (row 0) does not increase
-// by exactly 1. All calls are asynchronous on `stream`.
+// CUDA builders for attention masks and packed-sequence boundaries on raw device buffers. The
+// contract and the rules are kernels/common/mask_params.h; the results are compared bit for bit to
+// reference/mask.h. All calls are asynchronous on `stream`.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
-#include "kernels/common/status.h"
+#include "core/status.h"
+#include "kernels/common/mask_params.h"
 
 namespace deltacheck::kernels::cuda {
-
-struct MaskParams {
-  int64_t batch = 1;                      // B
-  int64_t q_len = 0;                      // new (query) tokens per row
-  int64_t kv_length = 0;                  // key buffer length (max_cache_len for a static cache)
-  int64_t q_offset = 0;                   // cache position of query 0, shared by every row ...
-  const int64_t* q_offsets = nullptr;     // ... or [B] per row on the device (overrides q_offset)
-  bool causal = true;                     // false: bidirectional; window and chunk need causal
-  int64_t sliding_window = 0;             // W, 0 = none
-  int64_t chunk_size = 0;                 // C, 0 = none
-  const uint8_t* padding_mask = nullptr;  // [B, kv_length], nonzero = real token; nullptr: all real
-  const int64_t* position_ids = nullptr;  // [position_id_rows, B, q_len]; nullptr: no packing
-  int64_t position_id_rows = 1;           // 1, or 3 / 4 for multimodal rotary ids: row 0 decides
-  bool static_cache = false;              // masks are always needed (no effect on the values)
-};
 
 // InvalidArgument naming the inconsistency (sizes, q_offset + q_len > kv_length, ...), judged from
 // the host-side fields: per-row q_offsets stay on the device and are the caller's to keep in

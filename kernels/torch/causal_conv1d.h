@@ -1,7 +1,7 @@
-// Depthwise causal convolution with SiLU over packed sequences, in ATen tensor ops (DESIGN.md,
-// "Around the rule"): the short convolution in front of the gated delta rule. Each sequence sees
-// only its own tokens and its own left context (zeros or its cached conv state), never a
-// neighbour's tokens across a packed boundary.
+// Depthwise causal convolution with SiLU over packed sequences, in ATen tensor ops
+// (docs/semantics.md, "Around the rule"): the short convolution in front of the gated delta rule.
+// Each sequence sees only its own tokens and its own left context (zeros or its cached conv state),
+// never a neighbour's tokens across a packed boundary.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,6 +1,6 @@
-// The gated delta rule written with ATen tensor ops only, varlen-correct (DESIGN.md, "Gated delta
-// rule"): the counterpart of the plain-PyTorch chunked fallbacks, which carried state across packed
-// sequences because they ignored cu_seqlens.
+// The gated delta rule written with ATen tensor ops only, varlen-correct (docs/semantics.md, "Gated
+// delta rule"): the counterpart of the plain-PyTorch chunked fallbacks, which carried state across
+// packed sequences because they ignored cu_seqlens.
 //
 // chunked_gated_delta_rule: the chunked WY / UT-transform form. Every chunk of every sequence is
 // prepared at once (batched, one unit-lower-triangular solve per chunk); only the chunk-to-chunk

@@ -1,4 +1,4 @@
-// The output norm of the linear-attention layer in ATen tensor ops (DESIGN.md, "Around the
+// The output norm of the linear-attention layer in ATen tensor ops (docs/semantics.md, "Around the
 // rule"): per value head, in fp32, y = w * x / sqrt(mean(x^2) + eps) * silu(z).
 #pragma once
 

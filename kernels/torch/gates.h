@@ -1,5 +1,5 @@
-// The gates of the linear-attention layer in ATen tensor ops (DESIGN.md, "Around the rule"):
-// g = -exp(A_log) * softplus(a + dt_bias) in fp32, beta = sigmoid(b).
+// The gates of the linear-attention layer in ATen tensor ops (docs/semantics.md, "Around the
+// rule"): g = -exp(A_log) * softplus(a + dt_bias) in fp32, beta = sigmoid(b).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -28,7 +28,7 @@ const char* const kPacked = "gdr(layout=packed[63,0,65],HV=4,gate=strong,seed=3)
 
 // A correct gdr kernel for gdr_backend(): the fp32 token recurrence on the problem's buffers.
 dc::Status recurrent_kernel(const dc::GdrProblem& p) {
-  deltacheck::kernels::cpu::GatedDeltaRuleParams k;
+  deltacheck::kernels::GatedDeltaRuleParams k;
   k.batch = p.batch;
   k.seq_len = p.seq_len;
   k.num_heads = p.num_heads;

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "kernels/common/half.h"
+#include "core/half.h"
 
 namespace deltacheck {
 namespace {

@@ -4,7 +4,8 @@
 // "deltacheck: error: <thing>: <rule>" on stderr, exit code 2 and nothing on stdout — or, for
 // an external program, the verdict error and a clean temporary folder.
 //
-// DELTACHECK_PRINT_TABLE=1 prints each input with the error it got (the table in the README).
+// DELTACHECK_PRINT_TABLE=1 prints each input with the error it got (the table in
+// docs/reliability.md).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>

@@ -1,6 +1,6 @@
-// Hand-written masks for every rule of DESIGN.md "Masks" and their combinations, the layer-type
-// mapping (the static-cache KeyError bug) and the segment derivations, checked against the
-// reference in reference/mask.h.
+// Hand-written masks for every rule of docs/semantics.md "Masks" and their combinations, the
+// layer-type mapping (the static-cache KeyError bug) and the segment derivations, checked against
+// the reference in reference/mask.h.
 #include <gtest/gtest.h>
 
 #include <cmath>

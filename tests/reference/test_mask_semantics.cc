@@ -1,5 +1,5 @@
 // The reference's side of the decisions in docs/mask-semantics.md, where Transformers' masking
-// utilities answer differently and DESIGN.md says the reference is right. The peer suite
+// utilities answer differently and docs/semantics.md says the reference is right. The peer suite
 // (scripts/peers-check.sh) pins Transformers' side of the same cases.
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@ namespace deltacheck::reference {
 namespace {
 
 // 1. A static-cache prefill without padding: Transformers returns no mask (SDPA is_causal);
-//    DESIGN.md: "never [skip] for a static cache, whose masks are always built".
+//    docs/semantics.md: "never [skip] for a static cache, whose masks are always built".
 TEST(MaskSemantics, StaticCachePrefillAlwaysNeedsAMask) {
   MaskSpec s;
   s.batch = 2;
@@ -30,7 +30,8 @@ TEST(MaskSemantics, StaticCachePrefillAlwaysNeedsAMask) {
   EXPECT_TRUE(mask_needed(s));
 }
 
-// 2. Bidirectional without padding: Transformers skips it; DESIGN.md skips pure causal masks only.
+// 2. Bidirectional without padding: Transformers skips it; docs/semantics.md skips pure causal
+// masks only.
 TEST(MaskSemantics, BidirectionalMaskIsNeededWithoutPadding) {
   MaskSpec s;
   s.q_len = 24;
@@ -42,8 +43,8 @@ TEST(MaskSemantics, BidirectionalMaskIsNeededWithoutPadding) {
 }
 
 // 3. Chunked prefill whose new tokens are all real while the cached prefix holds left padding:
-//    Transformers returns an all-ones validity mask for linear_attention; DESIGN.md gives the
-//    mask "for the new tokens, or none when every token is valid".
+//    Transformers returns an all-ones validity mask for linear_attention; docs/semantics.md gives
+//    the mask "for the new tokens, or none when every token is valid".
 TEST(MaskSemantics, LinearLayerGetsNoMaskWhenEveryNewTokenIsValid) {
   MaskSpec s;
   s.batch = 2;

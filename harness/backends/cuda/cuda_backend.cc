@@ -27,7 +27,7 @@ Support gdr_support(const cases::Case& c) {
   // The kernels' own host-side check, on placeholder pointers (it reads only shapes, dtype and
   // which pointers are set).
   static const char placeholder = 0;
-  kernels::cuda::GatedDeltaRuleParams p;
+  kernels::GatedDeltaRuleParams p;
   p.batch = d.B;
   p.seq_len = d.T;
   p.num_heads = d.H;

@@ -22,9 +22,9 @@ using kernels::cuda::cuda_status;
 namespace kc = kernels::cuda;
 
 // Kernel parameters pointing into the device mirrors of the case's inputs and outputs.
-kc::GatedDeltaRuleParams device_params(const GdrDims& d, const DeviceTensors& in,
-                                       const DeviceTensors& out) {
-  kc::GatedDeltaRuleParams p;
+kernels::GatedDeltaRuleParams device_params(const GdrDims& d, const DeviceTensors& in,
+                                            const DeviceTensors& out) {
+  kernels::GatedDeltaRuleParams p;
   p.batch = d.B;
   p.seq_len = d.T;
   p.num_heads = d.H;
@@ -52,7 +52,7 @@ kc::GatedDeltaRuleParams device_params(const GdrDims& d, const DeviceTensors& in
   return p;
 }
 
-kc::RecurrentDecodeParams decode_params(const kc::GatedDeltaRuleParams& g, int64_t tokens) {
+kc::RecurrentDecodeParams decode_params(const kernels::GatedDeltaRuleParams& g, int64_t tokens) {
   kc::RecurrentDecodeParams p;
   p.num_seqs = g.batch * g.seq_len / tokens;
   p.tokens_per_seq = tokens;
@@ -71,7 +71,7 @@ kc::RecurrentDecodeParams decode_params(const kc::GatedDeltaRuleParams& g, int64
 Status launch(const cases::Case& c, const GdrDims& d, const DeviceTensors& in,
               const DeviceTensors& out, cudaStream_t stream) {
   const std::string cache = c.get("cache");
-  kc::GatedDeltaRuleParams p = device_params(d, in, out);
+  kernels::GatedDeltaRuleParams p = device_params(d, in, out);
   if (cache == "pool" || cache == "spec") {
     // In place on the output pool, which starts as a copy of the input pool.
     const DeviceTensor& pool_in = in.at("state_pool");

@@ -31,7 +31,7 @@ namespace kc = kernels::cuda;
 // Queues the boolean mask into its output mirror.
 Status launch_mask(const MaskProblem& p, const DeviceTensors& out, DeviceBuffer& padding,
                    DeviceBuffer& positions, cudaStream_t stream) {
-  kc::MaskParams m;
+  kernels::MaskParams m;
   m.batch = p.batch;
   m.q_len = p.q_len;
   m.kv_length = p.kv_length;

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "cases/tensor.h"
-#include "kernels/common/status.h"
+#include "core/status.h"
 
 namespace deltacheck::harness::cuda_backend {
 

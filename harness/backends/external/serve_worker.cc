@@ -30,7 +30,7 @@ Status answer(harness::Backend& backend, const std::string& in, const std::strin
   golden::FixtureReader reader;
   reader.set_check_inputs(false);  // a probe's inputs are not the generated ones
   if (Status st = reader.open(in); !st.ok()) return st;
-  golden::StatusOr<golden::FixtureCase> fc = reader.read(0);
+  deltacheck::StatusOr<golden::FixtureCase> fc = reader.read(0);
   if (!fc.ok()) return fc.status();
   const harness::Support s = backend.supports(fc.value().c);
   if (!s.ok) return Status::Unsupported(s.reason);

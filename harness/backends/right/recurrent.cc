@@ -1,4 +1,4 @@
-// right:recurrent's rule: the token recurrence, in the order DESIGN.md gives it
+// right:recurrent's rule: the token recurrence, in the order docs/semantics.md gives it
 //   S <- exp(g_t) S;  u = beta_t (v_t - S^T k_t);  S <- S + k_t u^T;  o_t = S^T (scale q_t)
 #include <cmath>
 #include <vector>

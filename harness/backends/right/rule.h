@@ -1,7 +1,7 @@
 // The gated delta rule as the false-positive panel computes it: one sequence of one value head at
 // a time, in compute type T (float for the backends; double for the self-test's FP64 check), in
 // three formulations that correct implementations in real use follow (docs/panel.md):
-//   recurrent_rule  the token recurrence (DESIGN.md, "Gated delta rule"), state in T
+//   recurrent_rule  the token recurrence (docs/semantics.md, "Gated delta rule"), state in T
 //   chunked_rule    the chunked WY/UT form with chunk-local cumulative gates, as FLA, FlashInfer
 //                   and Transformers compute it; with `operands` bf16 or fp16, every matmul
 //                   operand is rounded to that dtype and accumulated in T, as tensor-core kernels

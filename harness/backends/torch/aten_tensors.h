@@ -11,7 +11,7 @@
 #include <string>
 
 #include "cases/tensor.h"
-#include "kernels/common/status.h"
+#include "core/status.h"
 
 namespace deltacheck::harness::torch_bridge {
 

@@ -5,45 +5,13 @@
 
 #include "cases/mask_case.h"
 #include "harness/mask_adapter.h"
+#include "kernels/common/mask_builder_api.h"
 #include "kernels/torch/mask_builder.h"
 
 namespace deltacheck::harness {
 namespace {
 
-struct TorchMaskApi {
-  using Params = kernels::torch::MaskParams;
-  using AdditiveFill = kernels::torch::AdditiveFill;
-  using LayerMaskKind = kernels::torch::LayerMaskKind;
-  using LayerMasks = kernels::torch::LayerMasks;
-  using PackedSegments = kernels::torch::PackedSegments;
-  using Unpadded = kernels::torch::Unpadded;
-  static Status build_bool_mask(const Params& p, uint8_t* out) {
-    return kernels::torch::build_bool_mask(p, out);
-  }
-  static Status build_additive_mask(const Params& p, AdditiveFill f, float* out) {
-    return kernels::torch::build_additive_mask(p, f, out);
-  }
-  static Status mask_needed(const Params& p, bool* needed) {
-    return kernels::torch::mask_needed(p, needed);
-  }
-  static Status fully_masked_rows(const Params& p, uint8_t* out) {
-    return kernels::torch::fully_masked_rows(p, out);
-  }
-  static Status layer_masks(const std::vector<std::string>& types, const Params& p,
-                            LayerMasks* out) {
-    return kernels::torch::layer_masks(types, p, out);
-  }
-  static Status sequence_index_from_cu_seqlens(const int64_t* cu, int64_t n, int64_t* out) {
-    return kernels::torch::sequence_index_from_cu_seqlens(cu, n, out);
-  }
-  static Status segments_from_position_ids(const int64_t* pos, int64_t batch, int64_t len,
-                                           PackedSegments* out) {
-    return kernels::torch::segments_from_position_ids(pos, batch, len, out);
-  }
-  static Status unpad(const uint8_t* mask, int64_t batch, int64_t len, Unpadded* out) {
-    return kernels::torch::unpad(mask, batch, len, out);
-  }
-};
+DELTACHECK_MASK_BUILDER_API(TorchMaskApi, kernels::torch);
 
 }  // namespace
 

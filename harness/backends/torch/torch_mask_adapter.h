@@ -6,7 +6,7 @@
 
 #include "cases/case.h"
 #include "cases/tensor.h"
-#include "kernels/common/status.h"
+#include "core/status.h"
 
 namespace deltacheck::harness {
 

@@ -1,5 +1,5 @@
 """Calling conventions: how one call of a deltacheck case (named input tensors in, named output
-tensors out, as DESIGN.md defines them) becomes a call of the user's function.
+tensors out, as docs/semantics.md defines them) becomes a call of the user's function.
 
 A convention is a function `call(fn, c) -> {output name: tensor}` plus `supports(c) -> None or
 the reason it cannot run a case`, where `c` is a `Call`: c.inputs (tensors by deltacheck's names:
@@ -80,7 +80,8 @@ def fla(fn, c):
     """flash-linear-attention's keyword signature (chunk_gated_delta_rule,
     fused_recurrent_gated_delta_rule): fn(q=, k=, v=, g=, beta=, scale=, initial_state=,
     output_final_state=, cu_seqlens=, use_qk_l2norm_in_kernel=) -> (o, final_state).
-    Shapes as DESIGN.md ([B,T,H,K] q/k, [B,T,HV,V] v, [B,T,HV] g/beta, states [N,HV,K,V] fp32);
+    Shapes as docs/semantics.md ([B,T,H,K] q/k, [B,T,HV,V] v, [B,T,HV] g/beta, states
+    [N,HV,K,V] fp32);
     cu_seqlens int64 for packed layouts, else None; initial_state None for state=none;
     scale = K**-0.5."""
     i = c.inputs

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common/half.h"
+#include "core/half.h"
 #include "kernels/cpu/causal_conv1d.h"
 #include "kernels/cpu/gated_rms_norm.h"
 #include "kernels/cpu/gates.h"

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common/half.h"
+#include "core/half.h"
 #include "kernels/cuda/causal_conv1d.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gated_delta_rule.h"
@@ -167,7 +167,7 @@ std::string describe(const char* what, const Error& e) {
          ", non-finite " + std::to_string(e.non_finite) + " of " + std::to_string(e.count);
 }
 
-// Relative RMS ceilings of one kernel output against the oracle, per dtype of o (DESIGN.md:
+// Relative RMS ceilings of one kernel output against the oracle, per dtype of o (docs/tolerance.md:
 // about 5e-3 for bf16 / fp16; fp32 far tighter). States are fp32 whatever the input dtype.
 double output_ceiling(ScalarType t) {
   switch (t) {

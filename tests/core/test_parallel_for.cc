@@ -1,4 +1,4 @@
-// kernels::cpu::parallel_for and the pool of threads it keeps: every index exactly once, whether
+// core::parallel_for and the pool of threads it keeps: every index exactly once, whether
 // the call gets the pool, finds it busy (a nested loop, another thread's loop) or runs in a forked
 // child that has no pool threads; an exception from the calling thread's share comes back and
 // leaves the pool usable.
@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cpu/parallel_for.h"
+#include "core/parallel_for.h"
 
-namespace deltacheck::kernels::cpu {
+namespace deltacheck::core {
 namespace {
 
 // parallel_for(n, threads) over counters; true when each of the n was visited exactly once.
@@ -107,4 +107,4 @@ TEST(ParallelFor, WorksInAForkedChildWhoseParentUsedThePool) {
 }
 
 }  // namespace
-}  // namespace deltacheck::kernels::cpu
+}  // namespace deltacheck::core

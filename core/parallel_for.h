@@ -1,5 +1,6 @@
-// A minimal work-sharing loop for the CPU kernels: independent (sequence, head) lanes spread over
-// threads with an atomic counter, so long and short sequences balance themselves.
+// The one thread pool (the CPU kernels, the harness's poisoning and comparison, the benchmarks):
+// independent (sequence, head) lanes spread over threads with an atomic counter, so long and short
+// sequences balance themselves.
 //
 // The threads are kept between calls (a pool started on first use): starting and joining a thread
 // costs 30-100 us here, which a kernel of a few milliseconds, and the harness's threaded poisoning
@@ -21,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-namespace deltacheck::kernels::cpu {
+namespace deltacheck::core {
 
 inline int resolve_threads(int requested) {
   if (requested > 0) return requested;
@@ -170,4 +171,4 @@ void parallel_for(int64_t n, int threads, Fn&& fn) {
   if (error) std::rethrow_exception(error);
 }
 
-}  // namespace deltacheck::kernels::cpu
+}  // namespace deltacheck::core
