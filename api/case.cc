@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "cases/id_filter.h"
+#include "cases/selection.h"
 
 namespace deltacheck {
 
@@ -69,30 +70,15 @@ std::string Selection::describe() const {
 }
 
 std::vector<Case> select(const Selection& s) {
-  if (s.shard_count() < 1 || s.shard_index() < 0 || s.shard_index() >= s.shard_count())
-    throw std::invalid_argument("shard " + std::to_string(s.shard_index()) + "/" +
-                                std::to_string(s.shard_count()) + ": expected 0 <= I < N");
-  std::vector<cases::IdFilter> keep, drop;
-  for (const std::string& f : s.filters()) keep.emplace_back(f, "filter");
-  for (const std::string& e : s.excludes()) drop.emplace_back(e, "exclude");
-  std::vector<Case> all;
-  if (!s.ids().empty()) {
-    for (const std::string& id : s.ids()) all.push_back(Case::parse(id));
-  } else {
-    all = cases::suite(s.suite_name());
-  }
-  std::vector<Case> out;
-  size_t index = 0;  // position among the cases that passed the filters (sharding)
-  for (Case& c : all) {
-    if (s.seed_override() >= 0) c = c.with("seed", std::to_string(s.seed_override()));
-    bool selected = true;
-    for (const cases::IdFilter& re : keep) selected = selected && re.matches(c.id());
-    for (const cases::IdFilter& re : drop) selected = selected && !re.matches(c.id());
-    if (!selected) continue;
-    if (static_cast<int>(index++ % static_cast<size_t>(s.shard_count())) == s.shard_index())
-      out.push_back(std::move(c));
-  }
-  return out;
+  cases::SelectionSpec spec;
+  spec.suite = s.suite_name();
+  spec.ids = s.ids();
+  spec.filters = s.filters();
+  spec.excludes = s.excludes();
+  spec.seed = s.seed_override();
+  spec.shard_index = s.shard_index();
+  spec.shard_count = s.shard_count();
+  return cases::select(spec).cases;
 }
 
 }  // namespace deltacheck

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Validates the CUDA backend on a machine with an NVIDIA GPU, in one command: builds deltacheck
 # (Release, sm_90) there, checks that the device is usable, runs the CUDA kernel and backend tests,
-# the gate and full suites on `--backend cuda`, compute-sanitizer (memcheck, racecheck) on the smoke
+# the gate and full suites on `--backend cuda`, FLA's Triton kernels through the peer adapter (when
+# python3 has flash-linear-attention), compute-sanitizer (memcheck, racecheck) on the smoke
 # suite and on the kernel tests, and the GPU benchmarks, and writes every report and log into one
 # folder with a SUMMARY.md. Meant for a machine with CUDA, CMake, ninja and PyTorch but no package
 # registry: the C++ dependencies come from third_party/gpu-prefix/ (made by scripts/gpu-bundle.sh
@@ -46,7 +47,7 @@ while [ $# -gt 0 ]; do
     --jobs) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || die "--jobs needs a positive number"; JOBS=$2; shift ;;
     --time-limit)
       [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || die "--time-limit needs seconds"; TIME_LIMIT=$2; shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
   shift
@@ -333,6 +334,28 @@ for suite in gate full; do
       "pass/fail/leak/error/unsupported/skipped: ${totals#cuda }"
   fi
 done
+
+# ---- 5b. FLA's Triton kernels on the GPU (the peer suite's fla-chunk / fla-fused-recurrent) ----
+# The same adapter as on CI's CPU (adapters/python/fla_gdr.py), here with --device cuda (no
+# interpreter) and --matmul-precision tf32 (FLA's fp32 tl.dot runs on TF32 tensor cores), every
+# family including the long ones, against the findings pinned for a GPU (expect_gpu; "not pinned"
+# is reported, not failed). Needs flash-linear-attention, triton and torch in $PEERS_PYTHON
+# (python3 by default); skipped with the reason otherwise.
+
+PEERS_PY=${PEERS_PYTHON:-python3}
+if [ "$DRY_RUN" = 1 ]; then
+  echo "[fla triton] (limit 240s, log $R/fla-triton.log)"
+  echo "    $PEERS_PY adapters/python/peers_check.py run --deltacheck $DC --python $PEERS_PY --out $R/peers --peer fla-chunk --peer fla-fused-recurrent --long --jobs $JOBS"
+elif ! fla_why=$("$PEERS_PY" -c 'import h5py, torch, triton, fla; assert torch.cuda.is_available(), "torch sees no GPU"' 2>&1); then
+  record "fla triton kernels" skipped 0 "$PEERS_PY cannot run them: $(tail -n1 <<<"$fla_why")"
+else
+  run_step "fla triton" 240 "$R/fla-triton.log" -- env HDF5_USE_FILE_LOCKING=FALSE \
+    "$PEERS_PY" adapters/python/peers_check.py run \
+    --deltacheck "$DC" --python "$PEERS_PY" --out "$R/peers" --peer fla-chunk \
+    --peer fla-fused-recurrent --long --jobs "$JOBS"
+  record "fla triton kernels" "$STEP_RESULT" "$STEP_SECONDS" \
+    "$(grep -E '^peers: [0-9]+ passed' "$R/fla-triton.log"); $R/peers/findings.md"
+fi
 
 # ---- 6. benchmarks -----------------------------------------------------------------------------
 

@@ -5,8 +5,10 @@
 # adapters/python/expected-findings.json. CI runs it after the core tests.
 #   scripts/peers-check.sh                 (BUILD_DIR=build; reports in reports/peers/<peer>/)
 #   scripts/peers-check.sh --peer transformers-chunk      (any peers_check.py run option)
+#   scripts/peers-check.sh --long          (also the long families: FLA's Triton kernels, minutes)
 # 1. scripts/peers-setup.sh: the pinned venv (cached; a group that cannot be installed is
-#    skipped with a banner, never a failure);
+#    skipped with a banner, never a failure); with FLA installed, adapters/python/test_triton_cpu.py
+#    (FLA's Triton kernels on CPU under Triton's interpreter, docs/peers.md);
 # 2. adapters/python/peers_check.py run: each peer's cases, one report directory per peer, the
 #    verdict per (peer, case family) against the pinned one;
 # 3. the findings table of docs/peers.md against the pinned file.
@@ -31,10 +33,19 @@ if grep -q $'^cached\tno' "$venv/.deltacheck-peers-status" 2>/dev/null; then
   trap 'rm -rf "$venv"' EXIT
 fi
 
+# FLA's Triton kernels run on CPU tensors under Triton's interpreter, helped by triton_cpu.py:
+# its tests first (each patch against NumPy and against the bare interpreter; docs/peers.md).
+tests=0
+if grep -q $'^fla\tok' "$venv/.deltacheck-peers-status" 2>/dev/null; then
+  echo "peers: adapters/python/test_triton_cpu.py"
+  "$venv/bin/python" adapters/python/test_triton_cpu.py 2>&1 | tail -n 4 || tests=1
+fi
+
 rm -rf "$OUT"
 python3 adapters/python/peers_check.py run --deltacheck "$BUILD_DIR/deltacheck" --venv "$venv" \
   --out "$OUT" "$@"
 code=$?
+[ "$tests" = 0 ] || code=1
 python3 adapters/python/peers_check.py check-doc docs/peers.md || code=1
 echo "peers: done in $(($(date +%s) - start)) s" \
   "(reports: $OUT/<peer>/report.html, $OUT/findings.md)"

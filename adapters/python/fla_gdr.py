@@ -8,18 +8,24 @@ cases, through the external backend:
 What runs (`--fn`), each called directly as a function object (never through a dispatcher):
   naive-recurrent  fla.ops.gated_delta_rule.naive.naive_recurrent_gated_delta_rule  (CPU)
   naive-chunk      fla.ops.gated_delta_rule.naive.naive_chunk_gated_delta_rule      (CPU)
-  chunk            fla.ops.gated_delta_rule.chunk_gated_delta_rule            (Triton, GPU)
-  fused-recurrent  fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule  (Triton, GPU)
-The Triton kernels run on CUDA tensors only: without a usable GPU every case is declined
-("unsupported: no GPU ..."). {out} records the function, its file and the versions (attributes
-"implementation", "versions").
+  chunk            fla.ops.gated_delta_rule.chunk_gated_delta_rule            (Triton)
+  fused-recurrent  fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule  (Triton)
+Where the Triton kernels run (`--device`): `cuda` on a GPU (tl.dot on fp32 operands is TF32
+there: run deltacheck with `--matmul-precision tf32`); `interpreter` on CPU tensors under
+Triton's interpreter, helped by triton_cpu.py (autotuner, loop variables, bf16 arithmetic:
+docs/peers.md); `auto` (the default) takes cuda when torch sees a GPU, else the interpreter.
+{out} records the function, its file, the versions, the device and, under the interpreter, what
+is emulated (attributes "implementation", "versions", "device", "emulation"); `--describe` prints
+the same facts, with "matmul_precision" for deltacheck's `--matmul-precision`.
 
 Conventions, and what the adapter converts (docs/semantics.md is the contract):
   Triton kernels: the conventions of docs/semantics.md are FLA's own. q, k [B,T,H,K],
     v [B,T,HV,V], g and beta [B,T,HV], GVA value head i -> q/k head i // (HV/H), scale K^-0.5
     (scale=None),
     use_qk_l2norm_in_kernel = the case's l2, cu_seqlens (int64) for packed layouts,
-    initial_state / final_state [N,HV,K,V] fp32. Inputs go to the GPU as they are; no conversion.
+    initial_state / final_state [N,HV,K,V] fp32. Inputs go to the device as they are; no
+    conversion. torch.empty is NaN-filled while they run (torch's fill_uninitialized_memory), so
+    an output element a kernel never writes stays NaN and fails the case.
   Naive references: plain PyTorch in fp32, one batch row per sequence, none of the kernel
     features, so the adapter supplies them, outside the function:
     - varlen: no cu_seqlens argument; each packed sequence is called alone (B = 1) with its own
@@ -46,11 +52,12 @@ FUNCTIONS = {
     "chunk": ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule"),
     "fused-recurrent": ("fla.ops.gated_delta_rule", "fused_recurrent_gated_delta_rule"),
 }
-GPU_ONLY = ("chunk", "fused-recurrent")
+TRITON = ("chunk", "fused-recurrent")
 
 
-def resolve(which):
-    """(function, facts) or (None, reason)."""
+def resolve(which, device="auto"):
+    """(function, facts) or (None, reason). For a Triton kernel, `device` is cuda, interpreter or
+    auto; the interpreter is set up (triton_cpu.enable) before FLA is imported."""
     import importlib
     import inspect
     import warnings
@@ -62,10 +69,25 @@ def resolve(which):
     for dist in ("flash-linear-attention", "fla-core", "triton"):
         if dc.package_version(dist):
             versions[dist] = dc.package_version(dist)
-    if which in GPU_ONLY and not torch.cuda.is_available():
-        return None, (f"no GPU: FLA's {FUNCTIONS[which][1]} is a Triton GPU kernel and "
-                      f"torch.cuda.is_available() is False (torch {torch.__version__}, built for "
-                      f"CUDA {torch.version.cuda})")
+    where = {}
+    if which in TRITON:
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "interpreter"
+        if device == "cuda" and not torch.cuda.is_available():
+            return None, (f"no GPU: FLA's {FUNCTIONS[which][1]} is a Triton kernel, --device "
+                          f"cuda, and torch.cuda.is_available() is False (torch "
+                          f"{torch.__version__}, built for CUDA {torch.version.cuda})")
+        if device == "interpreter":
+            import triton_cpu
+            try:
+                helped = triton_cpu.enable()
+            except Exception as e:
+                return None, f"Triton's interpreter could not be set up: {type(e).__name__}: {e}"
+            where = {"device": "interpreter", "emulation": helped["emulation"],
+                     "matmul_precision": "fp32"}
+        else:
+            where = {"device": "cuda", "gpu": torch.cuda.get_device_name(),
+                     "matmul_precision": "tf32"}
     module_name, name = FUNCTIONS[which]
     try:
         with warnings.catch_warnings():  # FLA warns on import when Triton has no GPU
@@ -81,7 +103,7 @@ def resolve(which):
     fn = inspect.unwrap(fn)
     facts = {"implementation": f"{fn.__module__}.{fn.__qualname__} "
                                f"({inspect.getsourcefile(fn)})",
-             "versions": versions}
+             "versions": versions, **where}
     return fn, facts
 
 
@@ -127,18 +149,22 @@ def run_naive(case, fn):
     return {"o": o, "final_state": torch.stack(finals)}
 
 
-def run_kernel(case, fn):
+def run_kernel(case, fn, device):
     import torch
-    dev = torch.device("cuda")
+    dev = torch.device("cuda" if device == "cuda" else "cpu")
     q, k, v, g, beta = (tensor(case, n, torch).to(dev) for n in ("q", "k", "v", "g", "beta"))
     s0 = tensor(case, "initial_state", torch).to(dev) if "initial_state" in case.inputs else None
     cu = None
     if "cu_seqlens" in case.inputs:
         cu = torch.from_numpy(case.inputs["cu_seqlens"].astype("int64")).to(dev)
+    # The kernels allocate their outputs (torch.empty): NaN-filled, an unwritten element shows.
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
     o, s = fn(q=q, k=k, v=v, g=g, beta=beta, scale=None, initial_state=s0,
               output_final_state="final_state" in case.outputs,
               use_qk_l2norm_in_kernel=case.param("l2", "1") == "1", cu_seqlens=cu)
-    torch.cuda.synchronize()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
     return {"o": o, "final_state": s}
 
 
@@ -147,12 +173,15 @@ def main():
     ap.add_argument("inp", nargs="?", help="{in}: the case (HDF5)")
     ap.add_argument("out", nargs="?", help="{out}: the outputs to write (HDF5)")
     ap.add_argument("--fn", choices=sorted(FUNCTIONS), default="naive-chunk",
-                    help="which FLA function runs (naive-* on CPU; chunk, fused-recurrent on GPU)")
+                    help="which FLA function runs (naive-* on CPU; chunk, fused-recurrent: Triton)")
+    ap.add_argument("--device", choices=("auto", "cuda", "interpreter"), default="auto",
+                    help="where the Triton kernels run: cuda, or interpreter (CPU tensors under "
+                         "Triton's interpreter, triton_cpu.py); auto: cuda when torch sees a GPU")
     ap.add_argument("--describe", action="store_true",
                     help="print what would run, as JSON, and exit")
     args = ap.parse_args()
     if args.describe:
-        fn, facts = resolve(args.fn)
+        fn, facts = resolve(args.fn, args.device)
         return dc.describe(facts if fn else {"unavailable": facts})
     return dc.main(lambda inp, out: answer(args, inp, out), args.inp, args.out, ap)
 
@@ -166,14 +195,14 @@ def answer(args, inp, out_path):
         dc.decline(out_path, f"cache={case.param('cache')}: states addressed through slot "
                              "indices; FLA's functions take one state per sequence, no slots")
         return
-    fn, facts = resolve(args.fn)  # imported once per process
+    fn, facts = resolve(args.fn, args.device)  # imported once per process
     if fn is None:
         dc.decline(out_path, facts)
         return
     import torch
     torch.set_num_threads(int(os.environ.get("DELTACHECK_PEER_THREADS", "1")))
     with torch.no_grad():
-        values = (run_kernel(case, fn) if args.fn in GPU_ONLY else
+        values = (run_kernel(case, fn, facts["device"]) if args.fn in TRITON else
                   run_naive(case, fn))
     out = {name: t.detach().double().cpu().numpy() for name, t in values.items()
            if t is not None}

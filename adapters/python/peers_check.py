@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The peer suite's driver and its pinned findings (standard library only; any python3 runs it).
 
-    peers_check.py run --deltacheck build/deltacheck --venv VENV --out reports/peers
+    peers_check.py run --deltacheck build/deltacheck --venv VENV|--python PY --out reports/peers
         Runs every peer of adapters/python/expected-findings.json on its cases through
         `deltacheck run --backend external --serve` (one adapter process per job for all its
         calls), one report directory per peer, and compares the verdict of every (peer, case
@@ -9,6 +9,8 @@
         (in either direction) or a peer did not run as it should; 0 otherwise, also when a peer
         is skipped because scripts/peers-setup.sh could not install its packages (a banner says
         so). Writes findings.md and findings.json (versions, what ran, verdicts) into --out.
+        --long: also the families marked "long" (minutes of CPU each: FLA's Triton kernels
+        under Triton's interpreter); without it they are listed as "long (not run)".
     peers_check.py table                     prints the findings table of docs/peers.md
     peers_check.py check-doc docs/peers.md   exit 1 when that page's table is not the file's
     peers_check.py self-test                 shows that a changed finding and a stale table are
@@ -47,6 +49,8 @@ def render_table(doc):
             if "expect_gpu" in fam:
                 gpu = fam["expect_gpu"]
                 finding += f" (GPU: {'**' + gpu + '**' if gpu else 'not pinned'})"
+            if fam.get("long"):
+                finding += " (`--long`)"
             rows.append(f"| {peer['name']} | {fam['family']} | {finding} | `{fam['show']}` | "
                         f"{fam.get('note', '')} |")
     return "\n".join(rows) + "\n"
@@ -75,9 +79,10 @@ def family_verdict(verdicts):
     return distinct[0] if len(distinct) == 1 else "mixed(" + ",".join(distinct) + ")"
 
 
-def compare(doc, verdicts_by_peer, gpu_by_peer):
+def compare(doc, verdicts_by_peer, gpu_by_peer, long=True):
     """Rows (peer, family, expected, got, status) with status ok | CHANGED | not pinned |
-    skipped; verdicts_by_peer[peer] is {case id: verdict} or a string (why it was skipped)."""
+    skipped | long (not run); verdicts_by_peer[peer] is {case id: verdict} or a string (why it
+    was skipped)."""
     rows = []
     for peer in doc["peers"]:
         got = verdicts_by_peer.get(peer["name"])
@@ -85,6 +90,9 @@ def compare(doc, verdicts_by_peer, gpu_by_peer):
             want = fam["expect"]
             if gpu_by_peer.get(peer["name"]) and "expect_gpu" in fam:
                 want = fam["expect_gpu"]
+            if fam.get("long") and not long:
+                rows.append((peer["name"], fam["family"], want or "-", "-", "long (not run)"))
+                continue
             if isinstance(got, str) or got is None:
                 rows.append((peer["name"], fam["family"], want or "-", "-", "skipped"))
                 continue
@@ -134,8 +142,12 @@ def run(args):
             if canonical(args.deltacheck, [fam["show"]]) != fam["cases"][:1]:
                 raise SystemExit(f"peers: {peer['name']} / {fam['family']}: show "
                                  f"{fam['show']} is not the first case")
-    status = read_status(args.venv)
-    python = os.path.join(args.venv, "bin", "python")
+    if args.python:  # an environment of one's own (a GPU machine): no setup record to read
+        status = {g: ("ok", args.python) for g in {"base"} | {p["group"] for p in doc["peers"]}}
+        python = args.python
+    else:
+        status = read_status(args.venv)
+        python = os.path.join(args.venv, "bin", "python")
     os.makedirs(args.out, exist_ok=True)
     verdicts, gpu, facts, problems = {}, {}, {}, []
     for peer in doc["peers"]:
@@ -163,18 +175,31 @@ def run(args):
             verdicts[name] = "adapter --describe failed"
             continue
         unavailable = facts[name].get("unavailable", "")
-        gpu[name] = "unavailable" not in facts[name]  # a GPU-only kernel that can run
-        cases = sorted({c for fam in peer["families"] for c in fam["cases"]})
+        # A Triton kernel runs on a GPU ("device": "cuda", judged against expect_gpu) or under
+        # Triton's interpreter on CPU tensors ("interpreter"); the device goes into the command
+        # (so every report names it) and a GPU's TF32 matmuls are declared.
+        device = facts[name].get("device")
+        gpu[name] = device == "cuda"
+        where = ["--device", device] if device else []
+        cases = sorted({c for fam in peer["families"] for c in fam["cases"]
+                        if args.long or not fam.get("long")})
+        if not cases:  # only long families: no --case would mean the default suite
+            verdicts[name] = {}
+            continue
         report = os.path.join(args.out, name)
         cmd = [args.deltacheck, "run", "--backend", "external", "--no-probes", "--quiet",
                "--progress", "lines", "--jobs", str(args.jobs), "--timeout", str(args.timeout),
                "--report-dir", report, "--max-dumps", "5",
                # one adapter process per --jobs thread for all calls (docs/external.md)
-               "--serve", " ".join(shlex.quote(a) for a in [python, script] + adapter[1:])]
+               "--serve", " ".join(shlex.quote(a) for a in [python, script] + adapter[1:] + where)]
+        if facts[name].get("matmul_precision") == "tf32":
+            cmd += ["--matmul-precision", "tf32"]
         for c in cases:
             cmd += ["--case", c]
         what = facts[name].get("implementation", unavailable)
         print(f"peers: {name}: {len(cases)} cases: {what}", flush=True)
+        if facts[name].get("emulation"):
+            print(f"    {facts[name]['emulation']}", flush=True)
         done = subprocess.run(cmd, capture_output=True, text=True)
         with open(os.path.join(args.out, f"{name}.log"), "w") as f:
             f.write(done.stdout + done.stderr)
@@ -190,14 +215,18 @@ def run(args):
             if r["verdict"] != "pass":
                 print(f"    {r['verdict']:<12}{r['case_id']}\n    {'':<12}{r.get('message', '')}",
                       flush=True)
-    rows = [r for r in compare(doc, verdicts, gpu) if not args.peer or r[0] in args.peer]
+    rows = [r for r in compare(doc, verdicts, gpu, args.long)
+            if not args.peer or r[0] in args.peer]
     changed = [r for r in rows if r[4] == "CHANGED"]
     lines = ["| peer | case family | pinned | now | |", "| --- | --- | --- | --- | --- |"]
     lines += [f"| {p} | {f} | {w} | {g} | {s} |" for p, f, w, g, s in rows]
     table = "\n".join(lines) + "\n"
     print("\n" + table)
+    ran_on = [f"- {p}: {f['device']}" + (f" ({f['emulation']})" if f.get("emulation") else "")
+              for p, f in sorted(facts.items()) if f.get("device")]
     with open(os.path.join(args.out, "findings.md"), "w") as f:
-        f.write("# Peer findings\n\n" + table)
+        f.write("# Peer findings\n\n" + table + ("\nWhere the Triton kernels ran:\n\n" +
+                                                  "\n".join(ran_on) + "\n" if ran_on else ""))
     with open(os.path.join(args.out, "findings.json"), "w") as f:
         json.dump({"peers": facts, "status": status, "rows": [
             dict(zip(("peer", "family", "pinned", "now", "status"), r)) for r in rows]},
@@ -213,6 +242,10 @@ def run(args):
     skipped = sorted({r[0] for r in rows if r[4] == "skipped"})
     if skipped:
         print(f"peers: skipped (packages not installed): {', '.join(skipped)}")
+    long = sum(r[4] == "long (not run)" for r in rows)
+    if long:
+        print(f"peers: {long} long famil{'y' if long == 1 else 'ies'} not run "
+              "(scripts/peers-check.sh --long runs them)")
     print(f"peers: {sum(r[4] in ('ok', 'not pinned') for r in rows)} passed, {len(changed)} "
           f"failed, {sum(r[4] == 'skipped' for r in rows)} skipped")  # (peer, family) pairs
     return 1 if changed or problems else 0
@@ -237,6 +270,10 @@ def self_test():
                                                   {peer["name"]: missing}, {}))
     skipped = compare({"peers": [peer]}, {peer["name"]: "not installed"}, {})
     assert all(r[4] == "skipped" for r in skipped)
+    long_peer = json.loads(json.dumps(peer))
+    long_peer["families"][0]["long"] = True  # not run without --long: not a change, not a pass
+    rows = compare({"peers": [long_peer]}, {peer["name"]: {}}, {}, long=False)
+    assert rows[0][4] == "long (not run)" and rows[1][4] == "CHANGED", rows
     with tempfile.TemporaryDirectory() as d:
         page = os.path.join(d, "peers.md")
         with open(page, "w") as f:
@@ -248,7 +285,7 @@ def self_test():
         with open(page, "w") as f:
             f.write("# no table\n")
         assert check_doc(page, doc) is not None
-    print("peers_check self-test: 4 passed, 0 failed")
+    print("peers_check self-test: 5 passed, 0 failed")
     return 0
 
 
@@ -257,12 +294,17 @@ def main():
     sub = ap.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run the peer suite and compare with the pinned findings")
     r.add_argument("--deltacheck", required=True)
-    r.add_argument("--venv", required=True, help="made by scripts/peers-setup.sh")
+    where = r.add_mutually_exclusive_group(required=True)
+    where.add_argument("--venv", help="made by scripts/peers-setup.sh")
+    where.add_argument("--python", help="or this interpreter, with the peers' packages installed "
+                                        "(scripts/gpu-check.sh)")
     r.add_argument("--out", default="reports/peers")
     r.add_argument("--expected", default=EXPECTED)
     r.add_argument("--jobs", type=int, default=2)
     r.add_argument("--timeout", type=float, default=300)
     r.add_argument("--peer", action="append", help="only this peer (repeatable)")
+    r.add_argument("--long", action="store_true",
+                   help='also the families marked "long" (local runs; CI runs the rest)')
     t = sub.add_parser("table", help="print the findings table of docs/peers.md")
     t.add_argument("--expected", default=EXPECTED)
     c = sub.add_parser("check-doc", help="compare a page's findings table with the file")

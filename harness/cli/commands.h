@@ -36,11 +36,12 @@ struct Selection {
   std::string suite = "smoke";
   std::vector<std::string> case_ids;
   std::string filter;
+  std::vector<std::string> excludes;  // --exclude, repeatable
   int64_t seed = -1;
   std::string shard;  // --shard I/N; else GTEST_SHARD_INDEX / GTEST_TOTAL_SHARDS when both set
 };
 void add_selection_options(CLI::App* app, Selection& s);
-// The selected cases; throws UsageError on unknown suites, bad ids or regexes.
+// The selected cases (cases/selection.h); throws UsageError on unknown suites, bad ids, regexes.
 std::vector<cases::Case> select_cases(const Selection& s);
 // The selection with its sharding: case i of the full selection belongs to shard i % N.
 struct SelectedCases {

@@ -132,6 +132,7 @@ void ResultSink::describe_run(const Selection& s, const SelectedCases& sel,
       {"filter", s.filter},
       {"seed", s.seed >= 0 ? nlohmann::ordered_json(s.seed) : nullptr},
   };
+  if (!s.excludes.empty()) st.selection["exclude"] = s.excludes;
   st.backends = split_commas(b.names);
   for (size_t i = 0; i < sel.cases.size(); ++i)
     st.index_of.emplace(sel.cases[i].id(), sel.indices[i]);

@@ -1,7 +1,10 @@
 // Case selection shared by the subcommands, and sharding over CI runners (--shard I/N, or
 // GoogleTest's GTEST_SHARD_INDEX / GTEST_TOTAL_SHARDS).
+#include "cases/selection.h"
+
 #include <cstdlib>
 #include <fstream>
+#include <stdexcept>
 
 #include "cases/id_filter.h"
 #include "cases/suites.h"
@@ -36,6 +39,8 @@ void add_selection_options(CLI::App* app, Selection& s) {
   app->add_option("--case", s.case_ids, "exactly this case id (repeatable; overrides --suite)");
   app->add_option("--filter,-f", s.filter,
                   "keep cases whose id matches this regex (RE2 syntax, linear time)");
+  app->add_option("--exclude,-x", s.excludes,
+                  "drop cases whose id matches this regex (RE2 syntax; repeatable)");
   app->add_option("--seed", s.seed, "replace every case's seed with this one")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 62));
   app->add_option("--shard", s.shard,
@@ -60,29 +65,6 @@ std::pair<int, int> parse_shard(const std::string& index, const std::string& cou
   return {i, n};
 }
 
-std::vector<cases::Case> select_unsharded(const Selection& s) {
-  std::vector<cases::Case> cs;
-  try {
-    if (!s.case_ids.empty()) {
-      for (const auto& id : s.case_ids) cs.push_back(cases::Case::parse(id));
-    } else {
-      cs = cases::suite(s.suite);
-    }
-    if (s.seed >= 0)
-      for (auto& c : cs) c = c.with("seed", std::to_string(s.seed));
-  } catch (const cases::CaseIdError& e) {
-    throw UsageError(e.what());
-  }
-  if (!s.filter.empty()) {
-    const cases::IdFilter re = make_id_filter(s.filter);
-    std::vector<cases::Case> kept;
-    for (auto& c : cs)
-      if (re.matches(c.id())) kept.push_back(c);
-    cs = std::move(kept);
-  }
-  return cs;
-}
-
 }  // namespace
 
 SelectedCases select_sharded(const Selection& s) {
@@ -101,13 +83,26 @@ SelectedCases select_sharded(const Selection& s) {
     // Tell the runner that sharding is supported, as GoogleTest does.
     if (const char* status = std::getenv("GTEST_SHARD_STATUS_FILE")) std::ofstream touch(status);
   }
-  const std::vector<cases::Case> all = select_unsharded(s);
-  out.total = static_cast<int64_t>(all.size());
-  for (size_t k = 0; k < all.size(); ++k)
-    if (static_cast<int>(k % static_cast<size_t>(out.shard_count)) == out.shard_index) {
-      out.cases.push_back(all[k]);
-      out.indices.push_back(static_cast<int64_t>(k));
-    }
+  cases::SelectionSpec spec;
+  spec.suite = s.suite;
+  spec.ids = s.case_ids;
+  spec.filters = {s.filter};
+  spec.excludes = s.excludes;
+  spec.seed = s.seed;
+  spec.shard_index = out.shard_index;
+  spec.shard_count = out.shard_count;
+  spec.filter_name = "--filter";
+  spec.exclude_name = "--exclude";
+  try {
+    cases::SelectedCases sel = cases::select(spec);
+    out.cases = std::move(sel.cases);
+    out.indices = std::move(sel.indices);
+    out.total = sel.total;
+  } catch (const cases::CaseIdError& e) {
+    throw UsageError(e.what());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
   return out;
 }
 

@@ -178,6 +178,9 @@ TEST(GpuCheckScript, DryRunListsEveryStep) {
         "[memcheck test_kernels_cuda]", "[racecheck test_kernels_cuda]", "[bench]",
         "--benchmark_filter=/cuda/"})
     EXPECT_NE(out.find(step), std::string::npos) << step << " missing from:\n" << out;
+  // FLA's Triton kernels through the peer adapter, on the GPU (no interpreter there).
+  for (const char* step : {"[fla triton]", "--peer fla-chunk --peer fla-fused-recurrent --long"})
+    EXPECT_NE(out.find(step), std::string::npos) << step << " missing from:\n" << out;
   out.clear();
   EXPECT_EQ(run_command(script + " --no-such-flag", &out), 2) << out;
   EXPECT_NE(out.find("deltacheck: error: unknown argument '--no-such-flag'"), std::string::npos);
