@@ -75,6 +75,16 @@ std::string summarize(const std::vector<Figure>& figures) {
     // Counterparts: the LibTorch kernel of the same shape, and the bare kernel under the harness.
     if (const Figure* t = find_named(figures, swapped(f.name, "/cpu/", "/torch/")))
       line += fmt::format(", {:.2f}x the speed of torch", t->seconds / f.seconds);
+    // The external backend's routes (external_bench.cc): what each adds per call to the kernel.
+    if (f.name.rfind("external_call/", 0) == 0) {
+      const std::string kernel = f.name.find("/serve/") != std::string::npos
+                                     ? swapped(f.name, "/serve/", "/kernel/")
+                                     : swapped(f.name, "/cmd/", "/kernel/");
+      if (const Figure* k = find_named(figures, kernel))
+        line += fmt::format(", per-call overhead {:.2f} ms", (f.seconds - k->seconds) * 1e3);
+      if (const Figure* c = find_named(figures, swapped(f.name, "/serve/", "/cmd/")))
+        line += fmt::format(", {:.1f}x faster than one process per call", c->seconds / f.seconds);
+    }
     if (const Figure* k = find_named(figures, swapped(f.name, "/run_case/", "/kernel/"))) {
       line += fmt::format(", harness overhead {:.1f}% of the kernel time",
                           100.0 * (f.seconds - k->seconds) / k->seconds);

@@ -73,7 +73,9 @@ class FixtureWriter {
   Status open(const std::string& path, const FileInfo& info);
   // Writes one case; its group holds `expected` only when the case has any.
   Status add(const FixtureCase& fc);
-  Status commit();
+  // durable: the data is synced to disk before the file takes its name; false for a file nobody
+  // keeps ({in}, removed after its call: a sync costs a disk flush per call).
+  Status commit(bool durable = true);
   // The temporary file being written (empty before open() and after commit()).
   const std::string& temp_path() const;
 
@@ -98,6 +100,10 @@ class FixtureReader {
   // Refuses, before allocating, a case whose datasets (plus its inputs regenerated to check the
   // stored ones) would take more than `bytes` of memory (--max-memory). 0: no limit.
   void set_max_bytes(int64_t bytes);
+  // false: reads {in} as an external program does (harness/backends/external/serve_worker.cc):
+  // the inputs as stored, not checked against those the case id generates (a probe's inputs and
+  // those of a later call of a multi-call case differ from them).
+  void set_check_inputs(bool check);
   const FileInfo& info() const;
   // Group names of the cases, in the order they were written (ids: unescape_case_id).
   const std::vector<std::string>& case_groups() const;

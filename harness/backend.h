@@ -55,10 +55,14 @@ struct BackendInfo {
   bool deliberately_correct = false;
 };
 
-// Options some backends take (from the command line: --device, --cmd, --timeout, --library, --op).
+// Options some backends take (from the command line: --device, --cmd, --serve, --timeout,
+// --library,
+// --op).
 struct BackendOptions {
   std::string device = "cpu";  // torch: cpu | cuda
-  std::string cmd;             // external: 'PROGRAM {in} {out}'
+  std::string cmd;             // external: 'PROGRAM {in} {out}', one process per call
+  std::string serve;           // external: 'PROGRAM', one process serving every call of a
+                               // thread (docs/external.md); instead of cmd
   double timeout_s = 120.0;    // external: per case
   // external, torch-op: the candidate's declared matmul precision (fp32 | tf32), and whether it
   // promises bit-identical repeats (otherwise the repeat probe measures it)

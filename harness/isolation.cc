@@ -2,9 +2,11 @@
 #include "harness/isolation.h"
 
 #include <fmt/format.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -125,6 +127,15 @@ Status run_isolated(const std::function<Status(cases::TensorMap&)>& fn, cases::T
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::chrono::duration<double>(std::max(0.0, options.timeout_s));
   auto pause = std::chrono::microseconds(50);
+  // Woken by the child's exit where the kernel can say so (a pidfd, Linux 5.3): a child that
+  // takes 3 ms costs 3 ms, not the next step of the polling below (up to twice as long).
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  struct ClosePidfd {
+    int fd;
+    ~ClosePidfd() {
+      if (fd >= 0) close(fd);
+    }
+  } close_pidfd{pidfd};
   int status = 0;
   for (;;) {
     const pid_t r = waitpid(pid, &status, WNOHANG);
@@ -140,6 +151,13 @@ Status run_isolated(const std::function<Status(cases::TensorMap&)>& fn, cases::T
       while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
       }
       return Status::Internal(fmt::format("timed out after {:g} s (killed)", options.timeout_s));
+    }
+    if (pidfd >= 0) {
+      pollfd p{pidfd, POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left.count() + 1, 1, 100)));
+      continue;
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(20000));

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the example Python adapter through the external backend, as CI does after the tests:
+# Runs the example Python adapters through the external backend, as CI does after the tests, in
+# serve mode (--serve: one adapter process per --jobs thread answers every call; docs/external.md):
 #   1. a virtual environment with the pinned requirements (numpy, h5py from PyPI), cached in
 #      ${XDG_CACHE_HOME:-$HOME/.cache}/deltacheck/venv and reused while requirements.txt and the
 #      Python version are unchanged (recreated otherwise; a throwaway one where no cache is
@@ -8,7 +9,9 @@
 #   3. numpy_gdr.py --leaky (ignores cu_seqlens) on packed cases: deltacheck must exit 1 with
 #      leak rows, or the harness has stopped catching the bug;
 #   4. numpy_chunked_gdr.py, the false-positive panel's member behind the external protocol (a
-#      correct fp32 chunked form, docs/panel.md): every smoke gdr case must pass, probes included.
+#      correct fp32 chunked form, docs/panel.md): every smoke gdr case must pass, probes included;
+#   5. numpy_gdr.py once per call (--cmd '... {in} {out}') on a few cases: the adapters answer in
+#      both modes.
 #   adapters/python/check.sh            (BUILD_DIR=build by default)
 set -euo pipefail
 # deltacheck and the adapter open each fixture one after the other; HDF5's advisory file
@@ -43,7 +46,7 @@ python="$venv/bin/python"
 # --- the adapter must pass ------------------------------------------------------------------
 echo "adapter: smoke suite (gdr) through the external backend"
 "$DELTACHECK" run --suite smoke --filter '^gdr' --jobs 2 --quiet --backend external \
-  --cmd "'$python' adapters/python/numpy_gdr.py {in} {out}"
+  --serve "'$python' adapters/python/numpy_gdr.py"
 
 # --- the deliberately leaky variant must be caught ------------------------------------------
 echo "adapter: numpy_gdr.py --leaky must be reported as a leak"
@@ -51,7 +54,7 @@ out="$(mktemp)"
 set +e
 "$DELTACHECK" run --suite smoke --filter '^gdr\(layout=packed\[(63,0,65|1\*24,2\*12)\].*cache=prefill' \
   --jobs 2 --quiet --no-probes --backend external \
-  --cmd "'$python' adapters/python/numpy_gdr.py --leaky {in} {out}" >"$out" 2>&1
+  --serve "'$python' adapters/python/numpy_gdr.py --leaky" >"$out" 2>&1
 code=$?
 set -e
 leaks="$(grep -c '^LEAK ' "$out" || true)"
@@ -66,4 +69,10 @@ echo "adapter: --leaky caught: exit code 1, $leaks leak rows"
 # --- the panel's chunked implementation must pass (a non-pass is a harness false positive) --
 echo "adapter: numpy_chunked_gdr.py, smoke suite (gdr) with probes (docs/panel.md)"
 "$DELTACHECK" run --suite smoke --filter '^gdr' --jobs 2 --quiet --backend external \
-  --cmd "'$python' adapters/python/numpy_chunked_gdr.py {in} {out}"
+  --serve "'$python' adapters/python/numpy_chunked_gdr.py"
+
+# --- and once per call, the other way of running the same adapter ---------------------------
+echo "adapter: numpy_gdr.py once per call (--cmd), packed prefill cases"
+"$DELTACHECK" run --suite smoke --filter '^gdr\(layout=packed\[(63,0,65|1\*24,2\*12)\].*cache=prefill' \
+  --jobs 2 --quiet --no-probes --backend external \
+  --cmd "'$python' adapters/python/numpy_gdr.py {in} {out}"

@@ -12,10 +12,17 @@ qualified name, and how it was reached) and "versions" (the packages it came fro
 ignores them; they are there for whoever opens {out} (a failure dump keeps the case, and
 `--describe` prints the same facts without a case).
 
+Serve mode (docs/external.md): `deltacheck run --backend external --serve 'python3 x.py'` starts
+the adapter once per runner thread with DELTACHECK_SERVE=1 in its environment; `main(answer, ...)`
+then calls `serve(answer)`, which answers every call of the run on stdin/stdout with the same
+{in} and {out} files. Started with {in} and {out} arguments, `main` answers that one case.
+
 Needs only numpy and h5py; torch is imported by the adapters that use it.
 """
 import json
+import os
 import sys
+import traceback
 
 import h5py
 import numpy as np
@@ -114,7 +121,88 @@ def package_version(name):
         return None
 
 
+class Failure(SystemExit):
+    """An adapter-side error with its one-line reason (exit code 1 when it ends the program)."""
+
+    def __init__(self, message):
+        super().__init__(1)
+        self.message = message
+
+
 def fail(message):
-    """An adapter-side error: exit code 1 with one line on stderr (deltacheck shows it)."""
+    """An adapter-side error: one line on stderr and exit code 1 (deltacheck shows the line); in
+    serve mode the call's answer is `error <message>` and the worker goes on."""
     print(message, file=sys.stderr)
-    sys.exit(1)
+    raise Failure(message)
+
+
+# --- serve mode ------------------------------------------------------------------------------
+PROTOCOL = "deltacheck-serve 1"  # the handshake: protocol name and version
+
+
+def serving():
+    """Whether deltacheck started this program in serve mode (`--serve`)."""
+    return os.environ.get("DELTACHECK_SERVE") == "1"
+
+
+def one_line(text):
+    """`text` as one line of printable characters (for an answer line)."""
+    line = " ".join(str(text).split())
+    return "".join(ch if ch.isprintable() else "?" for ch in line)[:300] or "(no message)"
+
+
+def answer_one(answer, inp, out):
+    """Runs answer(inp, out) for one request: the answer line, never an exception."""
+    try:
+        answer(inp, out)
+        return "ok"
+    except Failure as e:
+        return "error " + one_line(e.message)
+    except SystemExit as e:
+        if e.code in (0, None):
+            return "ok"
+        return "error " + one_line(e.code if isinstance(e.code, str) else
+                                   f"exited with code {e.code}")
+    except Exception as e:  # the traceback goes to stderr, which deltacheck captures per call
+        traceback.print_exc()
+        return "error " + one_line(f"{type(e).__name__}: {e}")
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def serve(answer):
+    """Answers deltacheck's requests until stdin ends (docs/external.md): the handshake line, then
+    per request `run<TAB>{in}<TAB>{out}` one answer line: `ok` once answer(inp, out) has written
+    {out} (declined cases included: `decline` writes the reason there), `error <reason>` when it
+    raised. stdout is the protocol channel: whatever else writes to stdout (print, a library's C
+    code) goes to stderr while serving."""
+    channel = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = os.fdopen(1, "w", buffering=1, encoding="utf-8", closefd=False)
+    channel.write(PROTOCOL + "\n")
+    channel.flush()
+    for raw in sys.stdin.buffer:  # bytes: a path is whatever the file system allows
+        request = os.fsdecode(raw)
+        fields = request.rstrip("\r\n").split("\t")
+        if len(fields) == 3 and fields[0] == "run":
+            reply = answer_one(answer, fields[1], fields[2])
+        else:
+            reply = "error " + one_line(f"malformed request {request[:80]!r}")
+        channel.write(reply + "\n")
+        channel.flush()
+    return 0
+
+
+def main(answer, inp=None, out=None, parser=None):
+    """An adapter's entry point: answer(inp, out) for the one case named on the command line, or
+    `serve(answer)` when deltacheck started it in serve mode (no {in} and {out} given)."""
+    if inp is None and out is None and serving():
+        return serve(answer)
+    if not inp or not out:
+        message = "{in} and {out} are required (or run it with deltacheck's --serve)"
+        if parser is not None:
+            parser.error(message)
+        fail(message)
+    answer(inp, out)
+    return 0

@@ -183,20 +183,22 @@ def main():
     if args.describe:
         fn, facts = resolve(args.fn, args.device)
         return dc.describe(facts if fn else {"unavailable": facts})
-    if not args.inp or not args.out:
-        ap.error("{in} and {out} are required")
-    case = dc.Case(args.inp)
+    return dc.main(lambda inp, out: answer(args, inp, out), args.inp, args.out, ap)
+
+
+def answer(args, inp, out_path):
+    case = dc.Case(inp)
     if case.op != "gdr":
-        dc.decline(args.out, f"fla_gdr.py implements the op gdr only, not {case.op}")
-        return 0
+        dc.decline(out_path, f"fla_gdr.py implements the op gdr only, not {case.op}")
+        return
     if case.param("cache") in ("pool", "spec"):
-        dc.decline(args.out, f"cache={case.param('cache')}: states addressed through slot "
+        dc.decline(out_path, f"cache={case.param('cache')}: states addressed through slot "
                              "indices; FLA's functions take one state per sequence, no slots")
-        return 0
-    fn, facts = resolve(args.fn, args.device)
+        return
+    fn, facts = resolve(args.fn, args.device)  # imported once per process
     if fn is None:
-        dc.decline(args.out, facts)
-        return 0
+        dc.decline(out_path, facts)
+        return
     import torch
     torch.set_num_threads(int(os.environ.get("DELTACHECK_PEER_THREADS", "1")))
     with torch.no_grad():
@@ -207,8 +209,7 @@ def main():
     missing = [name for name in case.outputs if name not in out]
     if missing:
         dc.fail(f"{facts['implementation']} returned no {', '.join(missing)}")
-    dc.write_outputs(args.out, case, out, facts)
-    return 0
+    dc.write_outputs(out_path, case, out, facts)
 
 
 if __name__ == "__main__":

@@ -108,20 +108,22 @@ def run_gdr(case):
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("inp", help="{in}: the case (HDF5)")
-    ap.add_argument("out", help="{out}: the outputs to write (HDF5)")
-    args = ap.parse_args()
-    case = dc_protocol.Case(args.inp)
+def answer(inp, out):
+    case = dc_protocol.Case(inp)
     facts = {"implementation": "numpy_chunked_gdr.chunked_rule (fp32, chunk 64, UT solve)",
              "versions": {"numpy": np.__version__}}
     if case.op != "gdr":
-        dc_protocol.decline(args.out, f"numpy_chunked_gdr.py implements gdr only, not {case.op}",
-                            facts)
-        return 0
-    dc_protocol.write_outputs(args.out, case, run_gdr(case), facts)
-    return 0
+        dc_protocol.decline(out, f"numpy_chunked_gdr.py implements gdr only, not {case.op}", facts)
+        return
+    dc_protocol.write_outputs(out, case, run_gdr(case), facts)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("inp", nargs="?", help="{in}: the case (HDF5); none in serve mode")
+    ap.add_argument("out", nargs="?", help="{out}: the outputs to write (HDF5); none in serve mode")
+    args = ap.parse_args()
+    return dc_protocol.main(answer, args.inp, args.out, ap)
 
 
 if __name__ == "__main__":

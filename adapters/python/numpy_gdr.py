@@ -6,6 +6,11 @@ deltacheck runs it once per case through the external backend:
     build/deltacheck run --suite smoke --filter '^gdr' --backend external \
         --cmd 'python3 adapters/python/numpy_gdr.py {in} {out}'
 
+or starts it once and sends it every case (serve mode, docs/external.md: dc_protocol.serve):
+
+    build/deltacheck run --suite smoke --filter '^gdr' --backend external \
+        --serve 'python3 adapters/python/numpy_gdr.py'
+
 The protocol (golden/README.md, "External programs"):
   {in}   an HDF5 file with one case group: attributes case_id, op, seed; params/ (one string
          attribute per case-id parameter); inputs/<name> (bf16/fp16 as uint16 bit patterns with
@@ -29,6 +34,8 @@ import sys
 
 import h5py
 import numpy as np
+
+import dc_protocol
 
 
 def read_tensor(ds):
@@ -121,19 +128,15 @@ def run_gdr(case, leaky):
     return {"o": o, "final_state": final, "state_pool": pool, "token_states": token_states}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("inp", help="{in}: the case (HDF5)")
-    ap.add_argument("out", help="{out}: the outputs to write (HDF5)")
-    ap.add_argument("--leaky", action="store_true", help="ignore cu_seqlens (a deliberate bug)")
-    args = ap.parse_args()
-    with h5py.File(args.inp, "r") as f:
+def answer(inp, out, leaky):
+    """Reads the case from {in}, writes its outputs (or why it is declined) to {out}."""
+    with h5py.File(inp, "r") as f:
         (case,) = f.values()  # exactly one case per {in} file
         op = case.attrs["op"]
         specs = {name: (spec.attrs["dtype"], tuple(spec.attrs["shape"]))
                  for name, spec in case["outputs"].items()}
-        values = run_gdr(case, args.leaky) if op == "gdr" else None
-    with h5py.File(args.out, "w") as f:
+        values = run_gdr(case, leaky) if op == "gdr" else None
+    with h5py.File(out, "w") as f:
         if values is None:
             f.attrs["unsupported"] = f"numpy_gdr.py implements the op gdr only, not {op}"
             return 0
@@ -142,7 +145,15 @@ def main():
             ds = f.create_dataset(name, data=encode(data, dtype))
             if dtype in ("bf16", "fp16"):
                 ds.attrs["dtype"] = dtype
-    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("inp", nargs="?", help="{in}: the case (HDF5); none in serve mode")
+    ap.add_argument("out", nargs="?", help="{out}: the outputs to write (HDF5); none in serve mode")
+    ap.add_argument("--leaky", action="store_true", help="ignore cu_seqlens (a deliberate bug)")
+    args = ap.parse_args()
+    return dc_protocol.main(lambda inp, out: answer(inp, out, args.leaky), args.inp, args.out, ap)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 
     peers_check.py run --deltacheck build/deltacheck --venv VENV|--python PY --out reports/peers
         Runs every peer of adapters/python/expected-findings.json on its cases through
-        `deltacheck run --backend external`, one report directory per peer, and compares the
-        verdict of every (peer, case family) with the pinned one. Exit 1 when any finding changed
+        `deltacheck run --backend external --serve` (one adapter process per job for all its
+        calls), one report directory per peer, and compares the verdict of every (peer, case
+        family) with the pinned one. Exit 1 when any finding changed
         (in either direction) or a peer did not run as it should; 0 otherwise, also when a peer
         is skipped because scripts/peers-setup.sh could not install its packages (a banner says
         so). Writes findings.md and findings.json (versions, what ran, verdicts) into --out.
@@ -189,8 +190,8 @@ def run(args):
         cmd = [args.deltacheck, "run", "--backend", "external", "--no-probes", "--quiet",
                "--progress", "lines", "--jobs", str(args.jobs), "--timeout", str(args.timeout),
                "--report-dir", report, "--max-dumps", "5",
-               "--cmd", " ".join(shlex.quote(a) for a in [python, script] + adapter[1:] + where)
-               + " {in} {out}"]
+               # one adapter process per --jobs thread for all calls (docs/external.md)
+               "--serve", " ".join(shlex.quote(a) for a in [python, script] + adapter[1:] + where)]
         if facts[name].get("matmul_precision") == "tf32":
             cmd += ["--matmul-precision", "tf32"]
         for c in cases:

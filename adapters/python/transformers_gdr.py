@@ -224,31 +224,32 @@ def main():
     if args.describe:
         resolved, facts = resolve(args.model, args.fn, args.dispatch)
         return dc.describe(facts if resolved else {"unavailable": facts})
-    if not args.inp or not args.out:
-        ap.error("{in} and {out} are required")
-    case = dc.Case(args.inp)
+    return dc.main(lambda inp, out: answer(args, inp, out), args.inp, args.out, ap)
+
+
+def answer(args, inp, out_path):
+    case = dc.Case(inp)
     if case.op != "gdr":
-        dc.decline(args.out, f"transformers_gdr.py implements the op gdr only, not {case.op}")
-        return 0
+        dc.decline(out_path, f"transformers_gdr.py implements the op gdr only, not {case.op}")
+        return
     resolved, facts = resolve(args.model, args.fn, args.dispatch)
     if resolved is None:
-        dc.decline(args.out, facts)
-        return 0
+        dc.decline(out_path, facts)
+        return
     import torch
     torch.set_num_threads(int(os.environ.get("DELTACHECK_PEER_THREADS", "1")))
     fn, takes_cu, gva = resolved
     with torch.no_grad():
         values = run_gdr(case, fn, takes_cu, gva)
     if isinstance(values, str):
-        dc.decline(args.out, values, facts)
-        return 0
+        dc.decline(out_path, values, facts)
+        return
     out = {name: t.detach().double().cpu().numpy() for name, t in values.items()
            if t is not None}
     missing = [name for name in case.outputs if name not in out]
     if missing:
         dc.fail(f"{facts['implementation']} returned no {', '.join(missing)}")
-    dc.write_outputs(args.out, case, out, facts)
-    return 0
+    dc.write_outputs(out_path, case, out, facts)
 
 
 if __name__ == "__main__":

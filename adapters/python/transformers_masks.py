@@ -271,6 +271,7 @@ def main():
     ap.add_argument("--describe", action="store_true",
                     help="print what would run, as JSON, and exit")
     args = ap.parse_args()
+    reason = None
     try:
         info = facts()
     except Exception as e:  # not installed (peers-setup.sh could not install it)
@@ -278,26 +279,27 @@ def main():
         reason = f"transformers/torch not importable: {type(e).__name__}: {e}"
     if args.describe:
         return dc.describe(info or {"unavailable": reason})
-    if not args.inp or not args.out:
-        ap.error("{in} and {out} are required")
-    case = dc.Case(args.inp)
+    return dc.main(lambda inp, out: answer(info, reason, inp, out), args.inp, args.out, ap)
+
+
+def answer(info, reason, inp, out):
+    case = dc.Case(inp)
     if info is None:
-        dc.decline(args.out, reason)
-        return 0
+        dc.decline(out, reason)
+        return
     if case.op not in ("mask", "layers"):
-        dc.decline(args.out, f"transformers_masks.py answers mask and layers cases, not {case.op}",
+        dc.decline(out, f"transformers_masks.py answers mask and layers cases, not {case.op}",
                    info)
-        return 0
+        return
     why = unsupported_combination(case)
     if why:
-        dc.decline(args.out, why, info)
-        return 0
+        dc.decline(out, why, info)
+        return
     import torch
     torch.set_num_threads(1)
     with torch.no_grad():
         values = run_mask(case) if case.op == "mask" else run_layers(case)
-    dc.write_outputs(args.out, case, values, info)
-    return 0
+    dc.write_outputs(out, case, values, info)
 
 
 if __name__ == "__main__":

@@ -7,17 +7,25 @@
 // timeout, missing or malformed outputs) is a Status error naming the reason, so the case gets
 // the verdict error.
 //
+// Serve mode (`--serve 'PROGRAM'`, docs/external.md): one long-lived program per runner thread
+// answers every call, under the same guard, speaking a line protocol on its stdin/stdout (a
+// socket pair): a handshake line, then per call a request naming {in} and {out} and a one-line
+// answer. A call that times out, a worker that dies or answers garbage is that call's error; the
+// worker is killed with everything it started and the next call starts a new one.
+//
 // Resource limits: the program's temporary files go to the case's folder (TMPDIR points there),
 // which is removed afterwards whatever the program did to it (and, at the next run, when a killed
 // deltacheck left it behind: its lock is free); no file it writes may exceed an output-size limit
 // (RLIMIT_FSIZE), and {out} must be a regular file within that limit before it is read.
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -30,6 +38,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -245,9 +254,12 @@ void kill_everything(pid_t program) {
   }
 }
 
-[[noreturn]] void guard_main(pid_t deltacheck, int report_fd, const char* const* argv,
-                             char* const* envp, const char* out_path, const char* err_path,
-                             const rlimit& fsize) {
+// `channel_fd` >= 0 (serve mode): the program's stdin and stdout, and its stderr appends to
+// `err_path` (deltacheck truncates it before each call); otherwise stdin is /dev/null and stdout
+// goes to `out_path`.
+[[noreturn]] void guard_main(pid_t deltacheck, int report_fd, int channel_fd,
+                             const char* const* argv, char* const* envp, const char* out_path,
+                             const char* err_path, const rlimit& fsize) {
   // Die with deltacheck: SIGTERM (blocked, so it waits for the cleanup below) when the thread
   // that started the guard goes away, however it goes.
   sigset_t stop;
@@ -257,10 +269,19 @@ void kill_everything(pid_t program) {
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != deltacheck) _exit(1);  // deltacheck died before PR_SET_PDEATHSIG
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  // Nothing else deltacheck had open (other cases' pipes and locks) stays open here.
-  if (dup2(report_fd, 3) < 0) _exit(1);
+  // Nothing else deltacheck had open (other cases' pipes and locks) stays open here: the report
+  // pipe becomes fd 3 and the channel fd 4 (first moved above both, so neither overwrites the
+  // other).
+  const int report_high = fcntl(report_fd, F_DUPFD, 10);
+  const int channel_high = channel_fd >= 0 ? fcntl(channel_fd, F_DUPFD, 10) : -1;
+  if (report_high < 0 || (channel_fd >= 0 && channel_high < 0)) _exit(1);
+  if (dup2(report_high, 3) < 0) _exit(1);
   report_fd = 3;
-  closefrom(4);
+  if (channel_fd >= 0) {
+    if (dup2(channel_high, 4) < 0) _exit(1);
+    channel_fd = 4;
+  }
+  closefrom(channel_fd >= 0 ? 5 : 4);
   int exec_pipe[2];
   if (pipe2(exec_pipe, O_CLOEXEC) != 0) _exit(1);
   const pid_t program = fork();
@@ -271,9 +292,11 @@ void kill_everything(pid_t program) {
     sigprocmask(SIG_SETMASK, &none, nullptr);
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    const int in = open("/dev/null", O_RDONLY);
-    const int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    const int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int in = channel_fd >= 0 ? channel_fd : open("/dev/null", O_RDONLY);
+    const int out =
+        channel_fd >= 0 ? channel_fd : open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int err =
+        open(err_path, O_WRONLY | O_CREAT | O_TRUNC | (channel_fd >= 0 ? O_APPEND : 0), 0600);
     if (in < 0 || out < 0 || err < 0) _exit(126);
     dup2(in, 0);
     dup2(out, 1);
@@ -289,6 +312,7 @@ void kill_everything(pid_t program) {
   }
   setpgid(program, program);  // also here: no race with the program's own call
   close(exec_pipe[1]);
+  if (channel_fd >= 0) close(channel_fd);  // the worker's end is the worker's alone
   int exec_errno = 0;
   if (read(exec_pipe[0], &exec_errno, sizeof exec_errno) == sizeof exec_errno) {
     const GuardMessage m{GuardMessage::kExecFailed, exec_errno};
@@ -325,18 +349,32 @@ void kill_everything(pid_t program) {
   _exit(0);
 }
 
-// Runs `cmd` through /bin/sh under a guard (above), stdin from /dev/null and stdout/stderr to
-// files; after `timeout_s` the guard is told to stop, and kills everything the program started.
-StatusOr<Exit> run_program(const std::string& cmd, double timeout_s, const std::string& out_path,
-                           const std::string& err_path, const std::string& tmpdir,
-                           uint64_t max_file_bytes) {
+// Serve mode's environment variable (DELTACHECK_SERVE=1), set for a worker and for nothing else.
+constexpr const char* kServeEnv = "DELTACHECK_SERVE=";
+constexpr size_t kServeEnvLen = 17;
+constexpr const char* kServeVersion = "1";
+
+// A program started under its guard: the guard's PID and the read end of its report pipe.
+struct Guarded {
+  pid_t guard = -1;
+  int report = -1;
+};
+
+// Starts `cmd` through /bin/sh under a guard (above), with TMPDIR set to `tmpdir`. Per call
+// (`channel_fd` < 0): stdin from /dev/null, stdout and stderr to files. Serve mode: stdin and
+// stdout are `channel_fd` (the caller closes its copy), stderr appends to `err_path`, and
+// DELTACHECK_SERVE=1 is in the environment.
+StatusOr<Guarded> start_guarded(const std::string& cmd, int channel_fd, const std::string& out_path,
+                                const std::string& err_path, const std::string& tmpdir,
+                                uint64_t max_file_bytes) {
   const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
-  // The environment, with TMPDIR set to the case's folder (built before fork: the child may
-  // only make async-signal-safe calls).
+  // The environment (built before fork: the child may only make async-signal-safe calls).
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e)
-    if (std::strncmp(*e, "TMPDIR=", 7) != 0) env.emplace_back(*e);
+    if (std::strncmp(*e, "TMPDIR=", 7) != 0 && std::strncmp(*e, kServeEnv, kServeEnvLen) != 0)
+      env.emplace_back(*e);
   env.push_back("TMPDIR=" + tmpdir);
+  if (channel_fd >= 0) env.push_back(std::string(kServeEnv) + kServeVersion);
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -355,40 +393,31 @@ StatusOr<Exit> run_program(const std::string& cmd, double timeout_s, const std::
   }
   if (guard == 0) {
     close(report[0]);
-    guard_main(self, report[1], argv, envp.data(), out_path.c_str(), err_path.c_str(), fsize);
+    guard_main(self, report[1], channel_fd, argv, envp.data(), out_path.c_str(), err_path.c_str(),
+               fsize);
   }
   close(report[1]);
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, timeout_s));
+  return Guarded{guard, report[0]};
+}
+
+// How the program under a guard that has exited (and been waited for) ended, from the guard's
+// report. Closes the report pipe.
+StatusOr<Exit> guard_exit(Guarded& g, bool timed_out) {
   Exit e;
-  int status = 0;
-  auto wait_ms = std::chrono::milliseconds(1);
-  for (;;) {
-    const pid_t r = waitpid(guard, &status, WNOHANG);
-    if (r == guard) break;
-    if (r < 0 && errno != EINTR) {
-      kill(guard, SIGKILL);
-      close(report[0]);
-      return Status::Internal(std::string("waiting for the program failed: ") +
-                              std::strerror(errno));
-    }
-    if (!e.timed_out && std::chrono::steady_clock::now() >= deadline) {
-      e.timed_out = true;
-      kill(guard, SIGTERM);  // the guard kills everything, then exits
-    }
-    std::this_thread::sleep_for(wait_ms);
-    wait_ms = std::min(wait_ms * 2, std::chrono::milliseconds(50));
-  }
+  e.timed_out = timed_out;
   GuardMessage m;
   bool have_status = false;
-  while (read(report[0], &m, sizeof m) == sizeof m) {
+  int status = 0;
+  while (read(g.report, &m, sizeof m) == sizeof m) {
     if (m.kind == GuardMessage::kExecFailed) e.exec_errno = m.value;
     if (m.kind == GuardMessage::kStatus) {
       have_status = true;
       status = m.value;
     }
   }
-  close(report[0]);
+  close(g.report);
+  g.report = -1;
+  g.guard = -1;
   if (e.timed_out || e.exec_errno != 0) return e;
   if (!have_status) return Status::Internal("the program's guard process ended unexpectedly");
   if (WIFSIGNALED(status)) {
@@ -398,6 +427,47 @@ StatusOr<Exit> run_program(const std::string& cmd, double timeout_s, const std::
     e.code = WEXITSTATUS(status);
   }
   return e;
+}
+
+// Tells the guard to stop (it kills everything the program started, then exits) and waits for it.
+StatusOr<Exit> stop_guarded(Guarded& g, bool timed_out) {
+  kill(g.guard, SIGTERM);
+  int status;
+  while (waitpid(g.guard, &status, 0) < 0 && errno == EINTR) {
+  }
+  return guard_exit(g, timed_out);
+}
+
+// Runs `cmd` through /bin/sh under a guard (above), stdin from /dev/null and stdout/stderr to
+// files; after `timeout_s` the guard is told to stop, and kills everything the program started.
+StatusOr<Exit> run_program(const std::string& cmd, double timeout_s, const std::string& out_path,
+                           const std::string& err_path, const std::string& tmpdir,
+                           uint64_t max_file_bytes) {
+  StatusOr<Guarded> started = start_guarded(cmd, -1, out_path, err_path, tmpdir, max_file_bytes);
+  if (!started.ok()) return started.status();
+  Guarded g = started.value();
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, timeout_s));
+  bool timed_out = false;
+  int status = 0;
+  auto wait_ms = std::chrono::milliseconds(1);
+  for (;;) {
+    const pid_t r = waitpid(g.guard, &status, WNOHANG);
+    if (r == g.guard) break;
+    if (r < 0 && errno != EINTR) {
+      kill(g.guard, SIGKILL);
+      close(g.report);
+      return Status::Internal(std::string("waiting for the program failed: ") +
+                              std::strerror(errno));
+    }
+    if (!timed_out && std::chrono::steady_clock::now() >= deadline) {
+      timed_out = true;
+      kill(g.guard, SIGTERM);  // the guard kills everything, then exits
+    }
+    std::this_thread::sleep_for(wait_ms);
+    wait_ms = std::min(wait_ms * 2, std::chrono::milliseconds(50));
+  }
+  return guard_exit(g, timed_out);
 }
 
 // Whether a regular file under `dir` reached `limit` bytes (what RLIMIT_FSIZE stops).
@@ -414,10 +484,285 @@ bool has_file_at_limit(const std::string& dir, uint64_t limit, int depth = 0) {
   return false;
 }
 
+// Why a program ended badly, after "external program " / "external worker " ("" when it exited
+// with code 0): `folder` holds every file it may have written, `limit` their size limit.
+std::string ended_badly(const Exit& e, const std::string& folder, uint64_t limit,
+                        const std::string& tail) {
+  // Killed by SIGXFSZ itself, or a shell reporting that its command was (128 + signal) and a
+  // file that reached the limit to show for it: a program's own exit(153) is just a code.
+  if ((e.signaled && e.code == SIGXFSZ) ||
+      (!e.signaled && e.code == 128 + SIGXFSZ && has_file_at_limit(folder, limit)))
+    return "wrote a file larger than the output-size limit of " + std::to_string(limit) +
+           " bytes (killed by SIGXFSZ)";
+  if (e.signaled)
+    return "crashed: killed by signal " + std::to_string(e.code) + " (" + strsignal(e.code) + ")" +
+           tail;
+  if (e.code != 0)
+    return "exited with code " + std::to_string(e.code) +
+           (e.code == 127 ? " (command not found?)" : "") + tail;
+  return "";
+}
+
+std::string exec_failure(int exec_errno) {
+  return std::string("cannot start /bin/sh for the program: ") + std::strerror(exec_errno) +
+         (exec_errno == E2BIG
+              ? " (the --cmd with its paths, or the environment, is too large for one command)"
+              : "");
+}
+
+// ": <the last line of stderr>", or "".
+std::string said(const std::string& err_path) {
+  const std::string line = last_line(err_path);
+  return line.empty() ? "" : ": " + line;
+}
+
+// --- serve mode: one program answers many calls (docs/external.md) --------------------------
+//
+// deltacheck -> worker, per call:  run<TAB>{in}<TAB>{out}<LF>
+// worker -> deltacheck, first:     deltacheck-serve 1<LF>
+//                       per call:  ok<LF> | error <reason><LF> | unsupported <reason><LF>
+
+constexpr const char* kHandshake = "deltacheck-serve 1";
+// A line longer than this is garbage, not an answer.
+constexpr size_t kMaxLine = size_t{64} << 10;
+// A worker's output-size limit: at least this (a call that needs more starts a new worker).
+constexpr uint64_t kServeMinFileLimit = uint64_t{256} << 20;
+
+// One serve-mode program under its guard, the folder its calls use (TMPDIR is its tmp/) and the
+// stderr file each call starts afresh.
+class Worker {
+ public:
+  ~Worker() { (void)stop(); }
+  bool running() const { return g_.guard > 0; }
+  uint64_t file_limit() const { return file_limit_; }
+  const std::string& folder() const { return dir_->path(); }
+  std::string err_path() const { return dir_->path() + "/stderr.txt"; }
+  int calls() const { return calls_; }
+
+  // Starts `cmd` and waits up to `timeout_s` for its handshake.
+  Status start(const std::string& cmd, double timeout_s, uint64_t file_limit) {
+    dir_ = std::make_unique<TempDir>();
+    if (dir_->path().empty())
+      return Status::Internal(std::string("cannot create a temporary folder: ") +
+                              std::strerror(errno));
+    if (dir_->path().find_first_of("\t\r\n") != std::string::npos)
+      return Status::InvalidArgument(
+          "external worker: the temporary folder's path holds a tab or line break, which the "
+          "request line cannot carry: set TMPDIR to a plain path");
+    const std::string tmp = dir_->path() + "/tmp";
+    if (mkdir(tmp.c_str(), 0700) != 0)
+      return Status::Internal("cannot create " + tmp + ": " + std::strerror(errno));
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+      return Status::Internal(std::string("socketpair failed: ") + std::strerror(errno));
+    StatusOr<Guarded> g = start_guarded(cmd, sv[1], "", err_path(), tmp, file_limit);
+    close(sv[1]);
+    if (!g.ok()) {
+      close(sv[0]);
+      return g.status();
+    }
+    g_ = g.value();
+    fd_ = sv[0];
+    file_limit_ = file_limit;
+    buffer_.clear();
+    calls_ = 0;
+    std::string line;
+    const Got got = read_line(deadline(timeout_s), line);
+    if (got == Got::kLine && line == kHandshake) return Status::Ok();
+    std::ostringstream why;
+    if (got == Got::kLine)
+      why << "external worker's first line is '" << cases::printable_line(line, 80)
+          << "', expected '" << kHandshake
+          << "' (--serve runs a program that speaks docs/external.md; --cmd runs one per call)";
+    else if (got == Got::kTimeout)
+      why << "external worker sent no handshake ('" << kHandshake << "') within " << timeout_s
+          << " s";
+    else if (got == Got::kTooLong)
+      why << "external worker's first line is over " << kMaxLine << " bytes";
+    const std::string tail = said(err_path());
+    StatusOr<Exit> e = stop(got == Got::kTimeout, /*keep_folder=*/true);
+    if (got == Got::kEnded) {
+      const bool exec_failed = e.ok() && e.value().exec_errno != 0;
+      const std::string how = e.ok() ? ended_badly(e.value(), folder(), file_limit, tail) : "";
+      dir_.reset();
+      if (exec_failed) return Status::Internal(exec_failure(e.value().exec_errno));
+      return Status::Internal("external worker ended before its handshake: " +
+                              (how.empty() ? "exited with code 0" + tail : how));
+    }
+    dir_.reset();
+    return Status::Internal(why.str() + " (killed, with every process it started)");
+  }
+
+  // Before a call: a worker that ended after its last answer is cleared away (the next call
+  // starts a new one); one that wrote unasked is stopped and this call is an error (its channel
+  // cannot be trusted: the bytes may be an answer to the wrong request).
+  Status check_idle() {
+    pollfd p{fd_, POLLIN, 0};
+    if (!buffer_.empty() || poll(&p, 1, 0) == 1) {
+      char buf[128];
+      const ssize_t n = recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+      if (n > 0) buffer_.append(buf, static_cast<size_t>(n));
+      if (!buffer_.empty()) {
+        const std::string unasked = buffer_.substr(0, 60);
+        (void)stop();
+        return Status::Internal(
+            "external worker wrote to stdout between calls ('" +
+            cases::printable_line(unasked, 60) +
+            "'): stdout is the protocol channel, log to stderr (killed; the next call starts a "
+            "new one)");
+      }
+      if (n == 0) (void)stop();  // end of file: it has gone
+    } else {
+      (void)ended();
+    }
+    return Status::Ok();
+  }
+
+  // Whether the worker is not running or has ended by itself (then cleared away).
+  bool ended() {
+    int st = 0;
+    if (running() && waitpid(g_.guard, &st, WNOHANG) == g_.guard) {
+      reaped_ = true;
+      (void)stop();
+    }
+    return !running();
+  }
+
+  // Sends one request and waits up to `timeout_s` for the answer line; any failure stops the
+  // worker and comes back as the call's error.
+  StatusOr<std::string> call(const std::string& request, double timeout_s) {
+    ++calls_;
+    (void)truncate(err_path().c_str(), 0);  // stderr per call: appended from offset 0 again
+    const std::string line = request + "\n";
+    size_t sent = 0;
+    while (sent < line.size()) {
+      const ssize_t n = send(fd_, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
+      if (n > 0)
+        sent += static_cast<size_t>(n);
+      else if (n < 0 && errno == EINTR)
+        continue;
+      else
+        break;  // EPIPE: it has gone; the read below says how
+    }
+    std::string answer;
+    const Got got = read_line(deadline(timeout_s), answer);
+    if (got == Got::kLine) return answer;
+    const std::string tail = said(err_path());
+    StatusOr<Exit> e = stop(got == Got::kTimeout, /*keep_folder=*/true);
+    std::ostringstream why;
+    if (got == Got::kTimeout) {
+      why << "external worker timed out after " << timeout_s_str(timeout_s)
+          << " s (killed, with every process it started; the next call starts a new one)";
+    } else if (got == Got::kTooLong) {
+      why << "external worker answered garbage: a line over " << kMaxLine
+          << " bytes (killed; the next call starts a new one)";
+    } else {
+      const std::string how = e.ok() ? ended_badly(e.value(), folder(), file_limit_, tail) : "";
+      why << "external worker "
+          << (!how.empty() ? how
+              : e.ok()     ? "exited with code 0 without answering" + tail
+                           : "closed its stdout without answering (killed)" + tail)
+          << " (the next call starts a new one)";
+    }
+    dir_.reset();
+    return Status::Internal(why.str());
+  }
+
+  // Kills the worker with everything it started and removes its folder (unless kept, for a
+  // message); how it ended, as the guard saw it (an error when it was not running).
+  StatusOr<Exit> stop(bool timed_out = false, bool keep_folder = false) {
+    if (!running()) return Status::Internal("not running");
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+    StatusOr<Exit> e = reaped_ ? guard_exit(g_, timed_out) : stop_guarded(g_, timed_out);
+    reaped_ = false;
+    g_ = Guarded{};
+    if (!keep_folder) dir_.reset();
+    return e;
+  }
+
+ private:
+  enum class Got { kLine, kTimeout, kEnded, kTooLong };
+  using Clock = std::chrono::steady_clock;
+
+  static Clock::time_point deadline(double timeout_s) {
+    return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                              std::chrono::duration<double>(std::max(0.0, timeout_s)));
+  }
+  static std::string timeout_s_str(double s) {
+    std::ostringstream o;
+    o << s;
+    return o.str();
+  }
+
+  // One line from the worker (without its LF, and a CR before it), or why none came: the
+  // deadline passed, the worker ended (its guard exited, or its end of the channel closed), or
+  // it sent more than kMaxLine bytes without a line break.
+  Got read_line(Clock::time_point until, std::string& line) {
+    for (;;) {
+      const size_t nl = buffer_.find('\n');
+      if (nl != std::string::npos) {
+        line = buffer_.substr(0, nl);
+        buffer_.erase(0, nl + 1);
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        return Got::kLine;
+      }
+      if (buffer_.size() > kMaxLine) return Got::kTooLong;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (left.count() <= 0) return Got::kTimeout;
+      // A prompt answer wakes poll at once; the 50 ms steps only look after the guard.
+      pollfd p{fd_, POLLIN, 0};
+      const int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 50)));
+      if (r > 0) {
+        char buf[4096];
+        const ssize_t n = recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+        if (n > 0) {
+          buffer_.append(buf, static_cast<size_t>(n));
+          continue;
+        }
+        if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+          // Its end of the channel closed: it is exiting (then its guard reports how it ended
+          // and exits within moments) or closed its stdout (then it is killed).
+          for (int i = 0; i < 200 && !reaped_; ++i) {
+            int st = 0;
+            if (waitpid(g_.guard, &st, WNOHANG) == g_.guard)
+              reaped_ = true;
+            else
+              std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          return Got::kEnded;
+        }
+        continue;
+      }
+      if (r < 0 && errno != EINTR) return Got::kEnded;
+      int st = 0;
+      if (waitpid(g_.guard, &st, WNOHANG) == g_.guard) {
+        reaped_ = true;
+        // It may have answered just before it went.
+        char buf[4096];
+        ssize_t n;
+        while ((n = recv(fd_, buf, sizeof buf, MSG_DONTWAIT)) > 0)
+          buffer_.append(buf, static_cast<size_t>(n));
+        if (buffer_.find('\n') != std::string::npos) continue;
+        return Got::kEnded;
+      }
+    }
+  }
+
+  std::unique_ptr<TempDir> dir_;
+  Guarded g_;
+  bool reaped_ = false;  // the guard has been waited for (read_line saw it exit)
+  int fd_ = -1;
+  std::string buffer_;
+  uint64_t file_limit_ = 0;
+  int calls_ = 0;
+};
+
 class ExternalBackend : public Backend {
  public:
   explicit ExternalBackend(const BackendOptions& o)
       : cmd_(o.cmd),
+        serve_(o.serve),
         timeout_s_(o.timeout_s),
         precision_(o.matmul_precision),
         deterministic_(o.deterministic),
@@ -425,6 +770,9 @@ class ExternalBackend : public Backend {
 
   std::string name() const override { return "external"; }
   std::string description() const override {
+    if (!serve_.empty())
+      return "a program serving every call of a run: --serve 'PROGRAM' [--timeout S] "
+             "(protocol: docs/external.md)";
     return "a program run once per case: --cmd 'PROGRAM {in} {out}' [--timeout S] "
            "(protocol: golden/README.md)";
   }
@@ -437,6 +785,20 @@ class ExternalBackend : public Backend {
 
   Status run(const cases::Case& c, const cases::TensorMap& inputs,
              cases::TensorMap& outputs) override {
+    // The output-size limit: room for the outputs several times over, plus HDF5's metadata.
+    uint64_t out_bytes = 0;
+    for (const cases::Tensor& t : outputs.all()) out_bytes += t.nbytes();
+    const uint64_t max_file = 4 * out_bytes + (uint64_t{64} << 20);
+    if (!serve_.empty()) {
+      if (!cmd_.empty())
+        return Status::InvalidArgument("external backend: give --cmd or --serve, not both");
+      if (serve_.find("{in}") != std::string::npos || serve_.find("{out}") != std::string::npos)
+        return Status::InvalidArgument(
+            "external backend: --serve takes the program without {in} and {out} (each call "
+            "names them on its stdin, docs/external.md)");
+      Slot slot(*this);
+      return run_served(slot.worker(), c, inputs, outputs, max_file);
+    }
     if (cmd_.find("{in}") == std::string::npos || cmd_.find("{out}") == std::string::npos)
       return Status::InvalidArgument("external backend: --cmd must contain {in} and {out}");
     TempDir dir;
@@ -444,81 +806,136 @@ class ExternalBackend : public Backend {
       return Status::Internal(std::string("cannot create a temporary folder: ") +
                               std::strerror(errno));
     const std::string in = dir.path() + "/in.h5", out = dir.path() + "/out.h5";
-    std::vector<OutputSpec> specs;
-    for (const cases::Tensor& t : outputs.all()) specs.push_back({t.name(), t.dtype(), t.shape()});
-    if (Status st = golden::write_input_file(in, c, inputs, specs); !st.ok())
-      return Status::Internal("cannot write {in}: " + st.message());
-
+    if (Status st = write_in(in, c, inputs, outputs); !st.ok()) return st;
     const std::string cmd =
         substitute(substitute(cmd_, "{in}", shell_quote(in)), "{out}", shell_quote(out));
     const std::string err_path = dir.path() + "/stderr.txt";
-    // The output-size limit: room for the outputs several times over, plus HDF5's metadata.
-    uint64_t out_bytes = 0;
-    for (const cases::Tensor& t : outputs.all()) out_bytes += t.nbytes();
-    const uint64_t max_file = 4 * out_bytes + (uint64_t{64} << 20);
     StatusOr<Exit> e =
         run_program(cmd, timeout_s_, dir.path() + "/stdout.txt", err_path, dir.path(), max_file);
     if (!e.ok()) return e.status();
-    const std::string said = last_line(err_path);
-    const std::string tail = said.empty() ? "" : ": " + said;
-    if (e.value().exec_errno != 0)
-      return Status::Internal(std::string("cannot start /bin/sh for the program: ") +
-                              std::strerror(e.value().exec_errno) +
-                              (e.value().exec_errno == E2BIG
-                                   ? " (the --cmd with its paths, or the environment, is "
-                                     "too large for one command)"
-                                   : ""));
+    if (e.value().exec_errno != 0) return Status::Internal(exec_failure(e.value().exec_errno));
     if (e.value().timed_out) {
       std::ostringstream s;
       s << "external program timed out after " << timeout_s_
         << " s (killed, with every process it started)";
       return Status::Internal(s.str());
     }
-    // Killed by SIGXFSZ itself, or a shell reporting that its command was (128 + signal) and a
-    // file that reached the limit to show for it: a program's own exit(153) is just a code.
-    if ((e.value().signaled && e.value().code == SIGXFSZ) ||
-        (!e.value().signaled && e.value().code == 128 + SIGXFSZ &&
-         has_file_at_limit(dir.path(), max_file)))
-      return Status::Internal(
-          "external program wrote a file larger than the output-size limit "
-          "of " +
-          std::to_string(max_file) + " bytes (killed by SIGXFSZ)");
-    if (e.value().signaled)
-      return Status::Internal("external program crashed: killed by signal " +
-                              std::to_string(e.value().code) + " (" + strsignal(e.value().code) +
-                              ")" + tail);
-    if (e.value().code != 0)
-      return Status::Internal("external program exited with code " +
-                              std::to_string(e.value().code) +
-                              (e.value().code == 127 ? " (command not found?)" : "") + tail);
+    if (const std::string how = ended_badly(e.value(), dir.path(), max_file, said(err_path));
+        !how.empty())
+      return Status::Internal("external program " + how);
+    return read_out("external program", out, max_file, outputs);
+  }
+
+ private:
+  // The calling thread's worker, marked busy while the slot lives. Workers are per thread: a
+  // guard dies with the thread that started it (PR_SET_PDEATHSIG), and the runner's threads
+  // live for a whole run. Idle workers that have ended (those of threads that are gone) are
+  // cleared away when a thread takes its first slot.
+  struct Entry {
+    std::unique_ptr<Worker> worker = std::make_unique<Worker>();
+    bool busy = false;
+  };
+  class Slot {
+   public:
+    explicit Slot(ExternalBackend& b) : b_(b) {
+      std::lock_guard<std::mutex> lock(b_.mu_);
+      auto [it, fresh] = b_.workers_.try_emplace(std::this_thread::get_id());
+      if (fresh)
+        for (auto other = b_.workers_.begin(); other != b_.workers_.end();)
+          other = other != it && !other->second.busy && other->second.worker->ended()
+                      ? b_.workers_.erase(other)
+                      : std::next(other);
+      it->second.busy = true;
+      entry_ = &it->second;
+    }
+    ~Slot() {
+      std::lock_guard<std::mutex> lock(b_.mu_);
+      entry_->busy = false;
+    }
+    Worker& worker() { return *entry_->worker; }
+
+   private:
+    ExternalBackend& b_;
+    Entry* entry_;
+  };
+
+  Status run_served(Worker& w, const cases::Case& c, const cases::TensorMap& inputs,
+                    cases::TensorMap& outputs, uint64_t max_file) {
+    if (w.running())
+      if (Status st = w.check_idle(); !st.ok()) return st;
+    if (w.running() && w.file_limit() < max_file) (void)w.stop();  // restarted with room
+    if (!w.running())
+      if (Status st = w.start(serve_, timeout_s_, std::max(max_file, kServeMinFileLimit)); !st.ok())
+        return st;
+    // The call's files, in a folder of their own, removed after the call.
+    const std::string dir = w.folder() + "/call-" + std::to_string(w.calls() + 1);
+    if (mkdir(dir.c_str(), 0700) != 0)
+      return Status::Internal("cannot create " + dir + ": " + std::strerror(errno));
+    struct Remove {
+      const std::string& path;
+      ~Remove() { remove_folder(path); }
+    } remove{dir};
+    const std::string in = dir + "/in.h5", out = dir + "/out.h5";
+    if (Status st = write_in(in, c, inputs, outputs); !st.ok()) return st;
+    StatusOr<std::string> answer = w.call("run\t" + in + "\t" + out, timeout_s_);
+    if (!answer.ok()) return answer.status();
+    const std::string& a = answer.value();
+    const size_t space = a.find(' ');
+    const std::string word = a.substr(0, space);
+    const std::string reason =
+        space == std::string::npos ? "" : cases::printable_line(a.substr(space + 1), 300);
+    if (a == "ok") return read_out("external worker", out, max_file, outputs);
+    if (word == "error")
+      return Status::Internal("external worker: " + (reason.empty() ? "error" : reason));
+    if (word == "unsupported")
+      return Status::Unsupported(reason.empty() ? "declined by the external worker" : reason);
+    (void)w.stop();
+    return Status::Internal("external worker answered garbage: '" + cases::printable_line(a, 80) +
+                            "', expected ok, error <reason> or unsupported <reason> (killed; the "
+                            "next call starts a new one)");
+  }
+
+  static Status write_in(const std::string& in, const cases::Case& c,
+                         const cases::TensorMap& inputs, const cases::TensorMap& outputs) {
+    std::vector<OutputSpec> specs;
+    for (const cases::Tensor& t : outputs.all()) specs.push_back({t.name(), t.dtype(), t.shape()});
+    if (Status st = golden::write_input_file(in, c, inputs, specs); !st.ok())
+      return Status::Internal("cannot write {in}: " + st.message());
+    return Status::Ok();
+  }
+
+  // Checks {out} and reads the outputs from it (`who`: "external program" or "external worker").
+  Status read_out(const std::string& who, const std::string& out, uint64_t max_file,
+                  cases::TensorMap& outputs) {
     // {out} must be a regular file (a FIFO or a link to a device would block or never end)
     // within the limit before HDF5 opens it.
     struct stat ost;
     if (lstat(out.c_str(), &ost) == 0 &&
         (!S_ISREG(ost.st_mode) || static_cast<uint64_t>(ost.st_size) >= max_file))
-      return Status::InvalidArgument(
-          S_ISREG(ost.st_mode)
-              ? "external program's {out} is " + std::to_string(ost.st_size) +
-                    " bytes, at the output-size limit of " + std::to_string(max_file)
-              : std::string("external program's {out} is not a regular file"));
+      return Status::InvalidArgument(S_ISREG(ost.st_mode)
+                                         ? who + "'s {out} is " + std::to_string(ost.st_size) +
+                                               " bytes, at the output-size limit of " +
+                                               std::to_string(max_file)
+                                         : who + "'s {out} is not a regular file");
     // Read in a child process too: the HDF5 library can hang or crash on a crafted file, and
     // the program's output is as untrusted as the program.
     Status st =
         run_isolated([&](cases::TensorMap& into) { return golden::read_output_file(out, into); },
                      outputs, {timeout_s_});
     if (st.code() == StatusCode::kInternal)  // the reader's child crashed or hung
-      return Status::Internal("reading the external program's {out} " + st.message());
+      return Status::Internal("reading the " + who + "'s {out} " + st.message());
     if (st.code() == StatusCode::kUnsupported) return st;
-    if (!st.ok()) return Status::InvalidArgument("external program's outputs: " + st.message());
+    if (!st.ok()) return Status::InvalidArgument(who + "'s outputs: " + st.message());
     return Status::Ok();
   }
 
- private:
-  std::string cmd_;
+  std::string cmd_, serve_;
   double timeout_s_;
   MatmulPrecision precision_;
   bool deterministic_;
   bool batch_invariant_;
+  std::mutex mu_;
+  std::map<std::thread::id, Entry> workers_;
 };
 
 }  // namespace

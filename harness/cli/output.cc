@@ -84,6 +84,7 @@ std::string backend_option_args(const BackendSelection& b) {
   };
   if (b.options.device != defaults.device) add("--device", b.options.device);
   if (!b.options.cmd.empty()) add("--cmd", b.options.cmd);
+  if (!b.options.serve.empty()) add("--serve", b.options.serve);
   if (b.options.timeout_s != defaults.timeout_s)
     add("--timeout", fmt::format("{}", b.options.timeout_s));
   if (!b.options.library.empty()) add("--library", b.options.library);
@@ -324,6 +325,9 @@ void add_backend_options(CLI::App* app, BackendSelection& b) {
       ->capture_default_str();
   app->add_option("--cmd", b.options.cmd,
                   "external backend: command, e.g. 'python3 x.py {in} {out}'");
+  app->add_option("--serve", b.options.serve,
+                  "external backend: one long-lived program for all calls (one per --jobs "
+                  "thread), e.g. 'python3 x.py'; it answers requests on stdin (docs/external.md)");
   app->add_option("--timeout", b.options.timeout_s,
                   "external backend, and every backend under --isolate: seconds per backend call "
                   "before it is killed (verdict error)")
@@ -363,9 +367,20 @@ std::vector<std::unique_ptr<harness::Backend>> make_backends(const BackendSelect
     if (std::find(names.begin(), names.begin() + i, names[i]) != names.begin() + i)
       throw UsageError("--backend: '" + names[i] + "' is given twice");
   for (const std::string& name : names) {
-    if (name == "external" && (b.options.cmd.find("{in}") == std::string::npos ||
-                               b.options.cmd.find("{out}") == std::string::npos))
-      throw UsageError("--backend external needs --cmd 'PROGRAM {in} {out}' (golden/README.md)");
+    if (name == "external" && !b.options.serve.empty()) {
+      if (!b.options.cmd.empty())
+        throw UsageError("--backend external: give --cmd or --serve, not both");
+      if (b.options.serve.find("{in}") != std::string::npos ||
+          b.options.serve.find("{out}") != std::string::npos)
+        throw UsageError(
+            "--serve takes the program without {in} and {out}: each call names them on its "
+            "stdin (docs/external.md)");
+    } else if (name == "external" && (b.options.cmd.find("{in}") == std::string::npos ||
+                                      b.options.cmd.find("{out}") == std::string::npos)) {
+      throw UsageError(
+          "--backend external needs --cmd 'PROGRAM {in} {out}' (golden/README.md) or --serve "
+          "'PROGRAM' (docs/external.md)");
+    }
     if ((name == "external" || b.isolate) && !(b.options.timeout_s > 0))
       throw UsageError("--timeout must be a positive number of seconds");
     try {

@@ -81,7 +81,8 @@ class FunctionBackend : public Backend {
 // deltacheck's own backends, for comparison or as a known-good / known-bad reference in your
 // tests: "cpu" (the project's chunked CPU kernel), the deliberately wrong "wrong:*" ones
 // (e.g. "wrong:ignore-cu-seqlens", which leaks), the deliberately correct "right:*" ones (the
-// false-positive panel, docs/panel.md), "external" (a program; BackendOptions::cmd) and, with the
+// false-positive panel, docs/panel.md), "external" (a program: BackendOptions::cmd, one process
+// per call, or BackendOptions::serve, one worker for all calls, docs/external.md) and, with the
 // torch component, "torch" and "torch-op".
 using BackendOptions = harness::BackendOptions;
 using BackendInfo = harness::BackendInfo;

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <hdf5.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -163,5 +165,23 @@ inline CliResult run_cli(const std::string& args, const TempDir& dir) {
 }
 
 inline std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+// Whether the process is gone (no such process, or a zombie nobody waits for), within `seconds`;
+// killed if not (a test leaves nothing behind).
+inline bool gone(pid_t pid, double seconds = 5.0) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat;
+    std::getline(f, stat);
+    const size_t paren = stat.rfind(')');
+    if (!f || (paren != std::string::npos && stat.compare(paren, 3, ") Z") == 0)) return true;
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::duration<double>(seconds)) {
+      kill(pid, SIGKILL);
+      return false;
+    }
+    usleep(20000);
+  }
+}
 
 }  // namespace deltacheck::golden::testing

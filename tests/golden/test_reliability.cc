@@ -360,22 +360,7 @@ pid_t read_pid(const std::string& file) {
   return 0;
 }
 
-// Whether the process is gone (no such process, or a zombie nobody waits for), within `seconds`.
-bool gone(pid_t pid, double seconds = 5.0) {
-  const auto t0 = std::chrono::steady_clock::now();
-  for (;;) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    std::string stat;
-    std::getline(f, stat);
-    const size_t paren = stat.rfind(')');
-    if (!f || (paren != std::string::npos && stat.compare(paren, 3, ") Z") == 0)) return true;
-    if (seconds_since(t0) > seconds) {
-      kill(pid, SIGKILL);  // do not leave it behind after the test
-      return false;
-    }
-    usleep(20000);
-  }
-}
+using testing::gone;
 
 // Single-quoted for /bin/sh, whatever `s` holds.
 std::string sh_quote(const std::string& s) {
