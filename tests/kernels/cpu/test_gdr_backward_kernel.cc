@@ -52,42 +52,56 @@ struct Tensor {
   }
 };
 
-struct Problem {
+struct Case {
+  std::string name;
   ScalarType dt;
+  std::vector<int64_t> cu;  // empty: B rows of T tokens
   int64_t T, H, HV, K, V;
+  double g_lo;
+  int64_t B = 1;
+  bool l2 = true, h0 = true, dht = true;
+};
+
+struct Problem {
+  Case c;
+  ScalarType dt;
+  int64_t B, T, H, HV, K, V;
   std::vector<int64_t> cu;
-  bool l2 = true;
   Tensor q, k, v, g, beta, dout, h0, dht;  // g, h0, dht: fp32
-  Problem(ScalarType t, std::vector<int64_t> cu_, int64_t T_, int64_t H_, int64_t HV_, int64_t K_,
-          int64_t V_, double g_lo)
-      : dt(t),
-        T(T_),
-        H(H_),
-        HV(HV_),
-        K(K_),
-        V(V_),
-        cu(std::move(cu_)),
-        q(t, T * H * K),
-        k(t, T * H * K),
-        v(t, T * HV * V),
-        g(ScalarType::kFloat32, T * HV),
-        beta(t, T * HV),
-        dout(t, T * HV * V),
+  explicit Problem(const Case& c_)
+      : c(c_),
+        dt(c.dt),
+        B(c.B),
+        T(c.T),
+        H(c.H),
+        HV(c.HV),
+        K(c.K),
+        V(c.V),
+        cu(c.cu),
+        q(dt, B * T * H * K),
+        k(dt, B * T * H * K),
+        v(dt, B * T * HV * V),
+        g(ScalarType::kFloat32, B * T * HV),
+        beta(dt, B * T * HV),
+        dout(dt, B * T * HV * V),
         h0(ScalarType::kFloat32, n() * HV * K * V),
         dht(ScalarType::kFloat32, n() * HV * K * V) {
     Rng r{7 + static_cast<uint64_t>(T)};
-    q.fill(r, -1, 1), k.fill(r, -1, 1), v.fill(r, -1, 1), g.fill(r, g_lo, 0);
+    q.fill(r, -1, 1), k.fill(r, -1, 1), v.fill(r, -1, 1), g.fill(r, c.g_lo, 0);
     beta.fill(r, 0.05, 1.0), dout.fill(r, -1, 1), h0.fill(r, -0.5, 0.5), dht.fill(r, -1, 1);
   }
-  int64_t n() const { return static_cast<int64_t>(cu.size()) - 1; }
+  int64_t n() const { return cu.empty() ? B : static_cast<int64_t>(cu.size()) - 1; }
 
   reference::GatedDeltaRuleGradients oracle() const {
     reference::GatedDeltaRuleArgs a;
-    a.seq_len = T, a.num_heads = H, a.num_value_heads = HV, a.key_dim = K, a.value_dim = V;
+    a.batch = B, a.seq_len = T, a.num_heads = H, a.num_value_heads = HV, a.key_dim = K;
+    a.value_dim = V;
     a.q = q.f64.data(), a.k = k.f64.data(), a.v = v.f64.data(), a.g = g.f64.data();
-    a.beta = beta.f64.data(), a.cu_seqlens = cu, a.initial_state = h0.f64.data();
-    a.use_qk_l2norm = l2;
-    return reference::gated_delta_rule_backward(a, dout.f64.data(), dht.f64.data());
+    a.beta = beta.f64.data(), a.cu_seqlens = cu;
+    a.initial_state = c.h0 ? h0.f64.data() : nullptr;
+    a.use_qk_l2norm = c.l2;
+    return reference::gated_delta_rule_backward(a, dout.f64.data(),
+                                                c.dht ? dht.f64.data() : nullptr);
   }
 };
 
@@ -95,23 +109,24 @@ struct Problem {
 struct Grads {
   Tensor dq, dk, dv, dg, dbeta, dh0;
   explicit Grads(const Problem& p)
-      : dq(p.dt, p.T * p.H * p.K),
-        dk(p.dt, p.T * p.H * p.K),
-        dv(p.dt, p.T * p.HV * p.V),
-        dg(ScalarType::kFloat32, p.T * p.HV),
-        dbeta(p.dt, p.T * p.HV),
+      : dq(p.dt, p.B * p.T * p.H * p.K),
+        dk(p.dt, p.B * p.T * p.H * p.K),
+        dv(p.dt, p.B * p.T * p.HV * p.V),
+        dg(ScalarType::kFloat32, p.B * p.T * p.HV),
+        dbeta(p.dt, p.B * p.T * p.HV),
         dh0(ScalarType::kFloat32, p.n() * p.HV * p.K * p.V) {}
 };
 
 GatedDeltaRuleBackwardParams params(Problem& p, Grads& d) {
   GatedDeltaRuleBackwardParams b;
   GatedDeltaRuleParams& f = b.forward;
-  f.seq_len = p.T, f.num_heads = p.H, f.num_value_heads = p.HV, f.key_dim = p.K;
-  f.value_dim = p.V, f.dtype = p.dt;
+  f.batch = p.B, f.seq_len = p.T, f.num_heads = p.H, f.num_value_heads = p.HV;
+  f.key_dim = p.K, f.value_dim = p.V, f.dtype = p.dt;
   f.q = p.q.data(), f.k = p.k.data(), f.v = p.v.data(), f.g = p.g.f32.data();
-  f.beta = p.beta.data(), f.cu_seqlens = p.cu.data(), f.num_seqs = p.n();
-  f.initial_state = p.h0.f32.data(), f.use_qk_l2norm = p.l2;
-  b.d_output = p.dout.data(), b.d_final_state = p.dht.f32.data();
+  f.beta = p.beta.data();
+  if (!p.cu.empty()) f.cu_seqlens = p.cu.data(), f.num_seqs = p.n();
+  f.initial_state = p.c.h0 ? p.h0.f32.data() : nullptr, f.use_qk_l2norm = p.c.l2;
+  b.d_output = p.dout.data(), b.d_final_state = p.c.dht ? p.dht.f32.data() : nullptr;
   b.dq = d.dq.data(), b.dk = d.dk.data(), b.dv = d.dv.data(), b.dg = d.dg.f32.data();
   b.dbeta = d.dbeta.data(), b.dh0 = d.dh0.f32.data();
   return b;
@@ -146,19 +161,11 @@ double bound(ScalarType stored) {
   return 2e-6;
 }
 
-struct Case {
-  std::string name;
-  ScalarType dt;
-  std::vector<int64_t> cu;
-  int64_t T, H, HV, K, V;
-  double g_lo;
-};
-
 class BackwardKernel : public ::testing::TestWithParam<Case> {};
 
 TEST_P(BackwardKernel, MatchesTheFp64Backward) {
   const Case& c = GetParam();
-  Problem p(c.dt, c.cu, c.T, c.H, c.HV, c.K, c.V, c.g_lo);
+  Problem p(c);
   Grads d(p);
   ASSERT_TRUE(recurrent_gated_delta_rule_backward(params(p, d)).ok());
   const auto ref = p.oracle();
@@ -184,13 +191,41 @@ const Case kCases[] = {
     {"fp32_odd_dims_strong_decay", ScalarType::kFloat32, {0, 65, 65, 129}, 129, 1, 2, 13, 7, -20},
     {"bf16_packed_gva", ScalarType::kBFloat16, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3},
     {"fp16_packed_gva", ScalarType::kFloat16, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3},
+    // B rows without cu_seqlens (the "rows past the first" bug class), GVA 4, without the norm,
+    // initial states or dht.
+    {"fp32_batch_rows_bare",
+     ScalarType::kFloat32,
+     {},
+     90,
+     1,
+     4,
+     16,
+     16,
+     -1,
+     3,
+     false,
+     false,
+     false},
+    {"bf16_batch_rows_l2_dht",
+     ScalarType::kBFloat16,
+     {},
+     70,
+     2,
+     2,
+     16,
+     8,
+     -1,
+     2,
+     true,
+     false,
+     true},
 };
 
 INSTANTIATE_TEST_SUITE_P(Cpu, BackwardKernel, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return info.param.name; });
 
 TEST(BackwardKernelContract, DeadTokensZeroPoolRowsUntouchedSameBitsForAnySchedule) {
-  Problem p(ScalarType::kFloat32, {0, 20, 50, 60}, 70, 1, 2, 8, 5, -2);
+  Problem p({"", ScalarType::kFloat32, {0, 20, 50, 60}, 70, 1, 2, 8, 5, -2});
   const int64_t row = p.HV * p.K * p.V;
   // Sequence i uses pool row {2, -1, 0}[i]; row 1 and 3 belong to nobody.
   const std::vector<int32_t> slots{2, -1, 0};
@@ -238,7 +273,7 @@ TEST(BackwardKernelContract, DeadTokensZeroPoolRowsUntouchedSameBitsForAnySchedu
 }
 
 TEST(BackwardKernelContract, RejectsInvalidArguments) {
-  Problem p(ScalarType::kFloat32, {0, 10, 20}, 20, 1, 1, 4, 4, -1);
+  Problem p({"", ScalarType::kFloat32, {0, 10, 20}, 20, 1, 1, 4, 4, -1});
   Grads d(p);
   GatedDeltaRuleBackwardParams b = params(p, d);
   b.dg = nullptr;
