@@ -83,43 +83,157 @@ float resolved_scale(const GatedDeltaRuleParams& p) {
   return p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.key_dim));
 }
 
-// One forward token on a [K][V] state: dst = decay src; err = v - dst^T k; u = beta err;
-// dst += k u^T. src may be dst.
-void forward_step(const float* src, float* dst, const float* k, const float* v, float decay,
-                  float beta, int64_t K, int64_t V, float* err, float* u) {
+// The forward in two halves, so that one pass over the state ends a token and begins the next.
+// S is the state after a token, before the next token's decay.
+//
+// begin_token: err = v - (decay S)^T k.
+void begin_token(const float* S, const float* k, const float* v, float decay, int64_t K, int64_t V,
+                 float* err) {
   for (int64_t j = 0; j < V; ++j) err[j] = 0.0f;
+  for (int64_t i = 0; i < K; ++i) {
+    const float* si = S + i * V;
+    const float ki = k[i];
+    for (int64_t j = 0; j < V; ++j) err[j] += (decay * si[j]) * ki;
+  }
+  for (int64_t j = 0; j < V; ++j) err[j] = v[j] - err[j];
+}
+
+// The token end_token begins on its way (k == nullptr: none).
+struct NextToken {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  float decay = 0.0f;
+  float* err = nullptr;
+};
+
+// end_token: dst = decay src + k u^T (src may be dst), and begin_token(dst, next...) in the same
+// pass. Both spell every sum the same way, so a block replayed from a stored state reproduces
+// the first pass's states bit for bit.
+void end_token(const float* src, float* dst, const float* k, const float* u, float decay, int64_t K,
+               int64_t V, const NextToken& next) {
+  if (next.k)
+    for (int64_t j = 0; j < V; ++j) next.err[j] = 0.0f;
   for (int64_t i = 0; i < K; ++i) {
     const float* si = src + i * V;
     float* di = dst + i * V;
     const float ki = k[i];
-    for (int64_t j = 0; j < V; ++j) {
-      di[j] = decay * si[j];
-      err[j] += di[j] * ki;
+    if (next.k) {
+      const float nk = next.k[i];
+      for (int64_t j = 0; j < V; ++j) {
+        const float s = decay * si[j] + ki * u[j];
+        di[j] = s;
+        next.err[j] += (next.decay * s) * nk;
+      }
+    } else {
+      for (int64_t j = 0; j < V; ++j) di[j] = decay * si[j] + ki * u[j];
     }
   }
-  for (int64_t j = 0; j < V; ++j) {
-    err[j] = v[j] - err[j];
-    u[j] = beta * err[j];
+  if (next.k)
+    for (int64_t j = 0; j < V; ++j) next.err[j] = next.v[j] - next.err[j];
+}
+
+// The reverse pass in two halves as well: undoing token t's update and decay (with dp = -beta du
+// known) and reading token t-1 (o = S^T q and S = S' + k u^T) share one pass over dS.
+struct UndoHalf {     // token t: dS' = dS + k dp^T, dk += S' dp, dg = <dS', S'>, dS = decay dS'
+  const float* prev;  // the state before token t (S' = decay prev)
+  const float* k;
+  const float* dp;
+  float decay;
+  float* dk;
+  float* dg;
+};
+struct ReadHalf {      // token t-1: dq = S do, dS += q do^T, du = dS^T k, dk = dS u
+  const float* after;  // the state after token t-1
+  const float *q, *k, *dout, *u;
+  float *dq, *dk, *du;
+};
+
+// 16 partial sums per dot product, so the loops vectorize without reassociation flags.
+constexpr int kParts = 16;
+
+template <bool kUndo, bool kRead>
+void reverse_row(int64_t V, float* __restrict d, const float* __restrict prev,
+                 const float* __restrict dp, float decay, float kb, const float* __restrict after,
+                 const float* __restrict dout, const float* __restrict u, float* __restrict du,
+                 float qa, float ka, float* __restrict g_part, float sums[3]) {
+  float kb_part[kParts] = {}, q_part[kParts] = {}, ka_part[kParts] = {};
+  const int64_t full = V / kParts * kParts;
+  for (int64_t j = 0; j < full; j += kParts) {
+    float x[kParts];
+    for (int l = 0; l < kParts; ++l) x[l] = d[j + l];
+    if (kUndo)
+      for (int l = 0; l < kParts; ++l) {
+        const float sd = decay * prev[j + l], ds = x[l] + kb * dp[j + l];
+        kb_part[l] += sd * dp[j + l];
+        g_part[l] += ds * sd;
+        x[l] = decay * ds;
+      }
+    if (kRead)
+      for (int l = 0; l < kParts; ++l) {
+        q_part[l] += after[j + l] * dout[j + l];
+        x[l] += qa * dout[j + l];
+        du[j + l] += ka * x[l];
+        ka_part[l] += x[l] * u[j + l];
+      }
+    for (int l = 0; l < kParts; ++l) d[j + l] = x[l];
   }
-  for (int64_t i = 0; i < K; ++i) {
-    float* di = dst + i * V;
-    const float ki = k[i];
-    for (int64_t j = 0; j < V; ++j) di[j] += ki * u[j];
+  for (int64_t j = full; j < V; ++j) {  // odd head dims: the rest into the first partial sums
+    float x = d[j];
+    if (kUndo) {
+      const float sd = decay * prev[j], ds = x + kb * dp[j];
+      kb_part[0] += sd * dp[j];
+      g_part[0] += ds * sd;
+      x = decay * ds;
+    }
+    if (kRead) {
+      q_part[0] += after[j] * dout[j];
+      x += qa * dout[j];
+      du[j] += ka * x;
+      ka_part[0] += x * u[j];
+    }
+    d[j] = x;
+  }
+  sums[0] = sums[1] = sums[2] = 0.0f;
+  for (int l = 0; l < kParts; ++l) {
+    sums[0] += kb_part[l];
+    sums[1] += q_part[l];
+    sums[2] += ka_part[l];
+  }
+}
+
+template <bool kUndo, bool kRead>
+void reverse_pass(float* dS, int64_t K, int64_t V, const UndoHalf& b, const ReadHalf& a) {
+  if (kRead)
+    for (int64_t j = 0; j < V; ++j) a.du[j] = 0.0f;
+  float g_part[kParts] = {}, sums[3];
+  for (int64_t r = 0; r < K; ++r) {
+    reverse_row<kUndo, kRead>(V, dS + r * V, kUndo ? b.prev + r * V : nullptr, b.dp, b.decay,
+                              kUndo ? b.k[r] : 0.0f, kRead ? a.after + r * V : nullptr, a.dout, a.u,
+                              a.du, kRead ? a.q[r] : 0.0f, kRead ? a.k[r] : 0.0f, g_part, sums);
+    if (kUndo) b.dk[r] += sums[0];
+    if (kRead) a.dq[r] = sums[1], a.dk[r] = sums[2];
+  }
+  if (kUndo) {
+    float g = 0.0f;
+    for (int l = 0; l < kParts; ++l) g += g_part[l];
+    *b.dg = g;
   }
 }
 
 // Per-thread buffers: the state at every block start, the states inside one block, and the
-// block's tokens (q scaled, k normalized, v, do, err, u, decays, betas).
+// block's tokens (q scaled, k normalized, v, do, err, u, decays, betas); at least two token
+// slots, as the first pass alternates between two.
 struct Scratch {
-  std::vector<float> starts, states, q, k, v, dout, err, u, decay, beta, dS, du, dp;
+  std::vector<float> starts, states, q, k, v, dout, err, u, decay, beta, dS, dp;
   void fit(int64_t blocks, int64_t C, int64_t K, int64_t V) {
     auto at_least = [](std::vector<float>& x, int64_t n) {
       if (static_cast<int64_t>(x.size()) < n) x.resize(static_cast<size_t>(n));
     };
+    const int64_t slots = std::max<int64_t>(C, 2);
     at_least(starts, std::max<int64_t>(blocks, 1) * K * V), at_least(states, (C + 1) * K * V);
-    at_least(q, C * K), at_least(k, C * K), at_least(v, C * V), at_least(dout, C * V);
-    at_least(err, C * V), at_least(u, C * V), at_least(decay, C), at_least(beta, C);
-    at_least(dS, K * V), at_least(du, V), at_least(dp, V);
+    at_least(q, slots * K), at_least(k, slots * K), at_least(v, slots * V);
+    at_least(dout, slots * V), at_least(err, slots * V), at_least(u, slots * V);
+    at_least(decay, slots), at_least(beta, slots), at_least(dS, K * V), at_least(dp, slots * V);
   }
 };
 
@@ -136,7 +250,7 @@ void backward_lane(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
   s.fit(blocks, C, K, V);
   auto token = [&](int64_t t) { return (L.row * T + L.begin + t) * HV + L.head; };
   auto qk_row = [&](int64_t t) { return (L.row * T + L.begin + t) * p.num_heads + qk_head; };
-  // Loads token t of the lane into slot i of the block buffers (q only when asked).
+  // Loads token t of the lane into slot i of the block buffers (q and do only when asked).
   auto load_token = [&](int64_t t, int64_t i, bool with_q) {
     const int64_t tok = token(t);
     if (with_q) {
@@ -149,21 +263,29 @@ void backward_lane(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
     s.decay[i] = std::exp(p.g[tok]);
     s.beta[i] = load_as_float(p.beta, p.dtype, tok);
   };
+  auto next_in = [&](int64_t i) -> NextToken {
+    return {&s.k[i * K], &s.v[i * V], s.decay[i], &s.err[i * V]};
+  };
 
-  // Forward: keep the state at the start of every block.
+  // First pass: keep the state at the start of every block (token slots 0 and 1 alternate).
   float* S = s.states.data();
   const int64_t state_row = (static_cast<int64_t>(L.slot) * HV + L.head) * KV;
   if (p.initial_state)
     std::copy(p.initial_state + state_row, p.initial_state + state_row + KV, S);
   else
     std::fill(S, S + KV, 0.0f);
-  for (int64_t b = 0; b < blocks; ++b) {
-    std::copy(S, S + KV, &s.starts[b * KV]);
-    for (int64_t t = b * C; t < std::min(L.length, (b + 1) * C); ++t) {
-      load_token(t, 0, false);
-      forward_step(S, S, s.k.data(), s.v.data(), s.decay[0], s.beta[0], K, V, s.err.data(),
-                   s.u.data());
-    }
+  if (L.length > 0) {
+    load_token(0, 0, false);
+    begin_token(S, s.k.data(), s.v.data(), s.decay[0], K, V, s.err.data());
+  }
+  for (int64_t t = 0; t < L.length; ++t) {
+    const int64_t cur = t % 2, nxt = 1 - cur;
+    if (t % C == 0) std::copy(S, S + KV, &s.starts[(t / C) * KV]);
+    float* u = &s.u[cur * V];
+    for (int64_t j = 0; j < V; ++j) u[j] = s.beta[cur] * s.err[cur * V + j];
+    NextToken next;
+    if (t + 1 < L.length) load_token(t + 1, nxt, false), next = next_in(nxt);
+    end_token(S, S, &s.k[cur * K], u, s.decay[cur], K, V, next);
   }
 
   float* dS = s.dS.data();  // gradient w.r.t. the state after the token being undone
@@ -171,73 +293,40 @@ void backward_lane(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
     std::copy(bp.d_final_state + state_row, bp.d_final_state + state_row + KV, dS);
   else
     std::fill(dS, dS + KV, 0.0f);
-  float* du = s.du.data();
-  float* dp = s.dp.data();
   for (int64_t b = blocks - 1; b >= 0; --b) {
     const int64_t t0 = b * C, n = std::min(C, L.length - t0);
     // Replay: states[i] is the state before token i of the block, states[n] after the last.
     std::copy(&s.starts[b * KV], &s.starts[b * KV] + KV, s.states.data());
+    for (int64_t i = 0; i < n; ++i) load_token(t0 + i, i, true);
+    begin_token(s.states.data(), s.k.data(), s.v.data(), s.decay[0], K, V, s.err.data());
     for (int64_t i = 0; i < n; ++i) {
-      load_token(t0 + i, i, true);
-      forward_step(&s.states[i * KV], &s.states[(i + 1) * KV], &s.k[i * K], &s.v[i * V], s.decay[i],
-                   s.beta[i], K, V, &s.err[i * V], &s.u[i * V]);
+      float* u = &s.u[i * V];
+      for (int64_t j = 0; j < V; ++j) u[j] = s.beta[i] * s.err[i * V + j];
+      end_token(&s.states[i * KV], &s.states[(i + 1) * KV], &s.k[i * K], u, s.decay[i], K, V,
+                i + 1 < n ? next_in(i + 1) : NextToken{});
     }
+    // Token i's read half ran in the pass before (with token i+1's undo half); du lands in dp.
+    auto read = [&](int64_t i) -> ReadHalf {
+      const int64_t tok = token(t0 + i);
+      return {&s.states[(i + 1) * KV], &s.q[i * K],      &s.k[i * K], &s.dout[i * V], &s.u[i * V],
+              dq_hat + tok * K,        dk_hat + tok * K, &s.dp[i * V]};
+    };
+    reverse_pass<false, true>(dS, K, V, UndoHalf{}, read(n - 1));
     for (int64_t i = n - 1; i >= 0; --i) {
       const int64_t tok = token(t0 + i);
-      const float* q = &s.q[i * K];
-      const float* k = &s.k[i * K];
-      const float* dout = &s.dout[i * V];
-      const float* u = &s.u[i * V];
-      const float* prev = &s.states[i * KV];
-      const float* after = &s.states[(i + 1) * KV];
-      float* dqh = dq_hat + tok * K;
-      float* dkh = dk_hat + tok * K;
-      const float decay = s.decay[i], beta = s.beta[i];
-      // o = S^T q: dq = S do, dS += q do^T. S = S' + k u^T: du = dS^T k, dk = dS u.
-      for (int64_t j = 0; j < V; ++j) du[j] = 0.0f;
-      for (int64_t r = 0; r < K; ++r) {
-        float* dSr = dS + r * V;
-        dqh[r] = dot(after + r * V, dout, V);
-        const float qr = q[r], kr = k[r];
-        for (int64_t j = 0; j < V; ++j) {
-          dSr[j] += qr * dout[j];
-          du[j] += kr * dSr[j];
-        }
-        dkh[r] = dot(dSr, u, V);
-      }
-      // u = beta (v - S'^T k): dbeta = du . err, dv = beta du, d(S'^T k) = -beta du.
-      store_from_float(bp.dbeta, p.dtype, tok, dot(du, &s.err[i * V], V));
-      for (int64_t j = 0; j < V; ++j) dp[j] = -beta * du[j];
-      for (int64_t j = 0; j < V; ++j) du[j] *= beta;
-      store_row(bp.dv, p.dtype, tok * V, V, du);
-      // dS' = dS + k dp^T, dk += S' dp; S' = decay S_prev: dg = <dS', S'>, dS_prev = decay dS'.
-      float dg_part[16] = {};
-      float dg = 0.0f;
-      for (int64_t r = 0; r < K; ++r) {
-        const float* pr = prev + r * V;
-        float* dSr = dS + r * V;
-        const float kr = k[r];
-        float dk_part[16] = {};
-        float dk_r = 0.0f;
-        int64_t j = 0;
-        for (; j + 16 <= V; j += 16)
-          for (int l = 0; l < 16; ++l) {
-            const float sd = decay * pr[j + l], ds = dSr[j + l] + kr * dp[j + l];
-            dk_part[l] += sd * dp[j + l];
-            dg_part[l] += ds * sd;
-            dSr[j + l] = decay * ds;
-          }
-        for (; j < V; ++j) {
-          const float sd = decay * pr[j], ds = dSr[j] + kr * dp[j];
-          dk_r += sd * dp[j];
-          dg += ds * sd;
-          dSr[j] = decay * ds;
-        }
-        for (int l = 0; l < 16; ++l) dk_r += dk_part[l];
-        dkh[r] += dk_r;
-      }
-      for (int l = 0; l < 16; ++l) dg += dg_part[l];
-      bp.dg[tok] = dg;
+      // u = beta (v - S'^T k): dbeta = du . err, dv = beta du, dp = d(S'^T k) = -beta du.
+      float* dp = &s.dp[i * V];
+      store_from_float(bp.dbeta, p.dtype, tok, dot(dp, &s.err[i * V], V));
+      const float beta = s.beta[i];
+      for (int64_t j = 0; j < V; ++j) dp[j] *= beta;
+      store_row(bp.dv, p.dtype, tok * V, V, dp);
+      for (int64_t j = 0; j < V; ++j) dp[j] = -dp[j];
+      const UndoHalf undo{&s.states[i * KV], &s.k[i * K],      dp,
+                          s.decay[i],        dk_hat + tok * K, bp.dg + tok};
+      if (i > 0)
+        reverse_pass<true, true>(dS, K, V, undo, read(i - 1));
+      else
+        reverse_pass<true, false>(dS, K, V, undo, ReadHalf{});
     }
   }
   if (bp.dh0) std::copy(dS, dS + KV, bp.dh0 + state_row);
