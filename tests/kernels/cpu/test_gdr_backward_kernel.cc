@@ -282,6 +282,25 @@ TEST(BackwardKernelContract, DeadTokensZeroPoolRowsUntouchedSameBitsForAnyThread
   }
 }
 
+TEST(BackwardKernelContract, Dh0InPlaceOnDhtEqualsSeparateBuffers) {
+  Problem p({"", ScalarType::kFloat32, {0, 30, 30, 75}, 80, 2, 4, 12, 9, -2});
+  Grads apart(p), in_place(p);
+  ASSERT_TRUE(recurrent_gated_delta_rule_backward(params(p, apart)).ok());
+  std::vector<float> state = p.dht.f32;  // dht in, dh0 out, one buffer
+  GatedDeltaRuleBackwardParams b = params(p, in_place);
+  b.d_final_state = state.data(), b.dh0 = state.data();
+  ASSERT_TRUE(recurrent_gated_delta_rule_backward(b).ok());
+  ASSERT_EQ(0, std::memcmp(state.data(), apart.dh0.f32.data(), state.size() * sizeof(float)));
+  // Without a dh0 buffer the other gradients are the same.
+  Grads no_dh0(p);
+  b = params(p, no_dh0);
+  b.dh0 = nullptr;
+  ASSERT_TRUE(recurrent_gated_delta_rule_backward(b).ok());
+  ASSERT_EQ(0, std::memcmp(no_dh0.dq.f32.data(), apart.dq.f32.data(),
+                           apart.dq.f32.size() * sizeof(float)));
+  EXPECT_TRUE(std::isnan(no_dh0.dh0.f32[0]));  // untouched
+}
+
 TEST(BackwardKernelContract, RejectsInvalidArguments) {
   Problem p({"", ScalarType::kFloat32, {0, 10, 20}, 20, 1, 1, 4, 4, -1});
   Grads d(p);
