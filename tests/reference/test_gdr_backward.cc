@@ -263,6 +263,45 @@ TEST(GatedDeltaRuleBackward, EmptySequenceHandsDhtBackAndPaddingTailIsExactlyZer
   for (double x : r.dq) EXPECT_TRUE(std::isfinite(x));
 }
 
+// Context parallelism: a sequence cut across two calls (the state passed forward, the state
+// gradient passed back) has the gradients of the one-shot backward; cuts inside a 64-token block
+// and at its edge.
+TEST(GatedDeltaRuleBackward, SplitAcrossTwoCallsEqualsOneShot) {
+  const Spec whole{"whole", 1, 150, 2, 4, 4, 3, {0, 150}, true, true, true, -0.5, 0};
+  const Problem p(whole);
+  const GatedDeltaRuleGradients one_shot = p.backward();
+  for (int64_t cut : {1, 37, 64, 100}) {
+    // Sub-problem over tokens [t0, t1) of p with the given initial state and dht.
+    auto part = [&](int64_t t0, int64_t t1, const std::vector<double>& h0,
+                    const std::vector<double>& dht) {
+      Spec s = whole;
+      s.T = t1 - t0, s.cu = {0, t1 - t0};
+      Problem q(s);
+      auto slice = [&](const std::vector<double>& x, int64_t per_token) {
+        return std::vector<double>(x.begin() + t0 * per_token, x.begin() + t1 * per_token);
+      };
+      q.q = slice(p.q, s.H * s.K), q.k = slice(p.k, s.H * s.K), q.v = slice(p.v, s.HV * s.V);
+      q.g = slice(p.g, s.HV), q.beta = slice(p.beta, s.HV), q.d_out = slice(p.d_out, s.HV * s.V);
+      q.h0 = h0, q.d_ht = dht;
+      return q;
+    };
+    const Problem first = part(0, cut, p.h0, std::vector<double>(p.d_ht.size(), 0.0));
+    const std::vector<double> mid = gated_delta_rule(first.args()).final_state;
+    const GatedDeltaRuleGradients second = part(cut, whole.T, mid, p.d_ht).backward();
+    const GatedDeltaRuleGradients head = part(0, cut, p.h0, second.dh0).backward();
+    auto joined = [&](const std::vector<double>& a, const std::vector<double>& b) {
+      std::vector<double> x = a;
+      x.insert(x.end(), b.begin(), b.end());
+      return x;
+    };
+    const GatedDeltaRuleGradients split{
+        joined(head.dq, second.dq), joined(head.dk, second.dk),       joined(head.dv, second.dv),
+        joined(head.dg, second.dg), joined(head.dbeta, second.dbeta), head.dh0};
+    const Disagreement d = compare(split, one_shot);
+    EXPECT_LT(d.worst, 1e-12) << "cut at " << cut << ", worst tensor " << d.tensor;
+  }
+}
+
 TEST(GatedDeltaRuleBackward, RejectsBadInput) {
   const Problem p(kSpecs[0]);
   GatedDeltaRuleArgs a = p.args();
