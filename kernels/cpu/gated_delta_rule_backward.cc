@@ -107,8 +107,7 @@ struct NextToken {
 };
 
 // end_token: dst = decay src + k u^T (src may be dst), and begin_token(dst, next...) in the same
-// pass. Both spell every sum the same way, so a block replayed from a stored state reproduces
-// the first pass's states bit for bit.
+// pass, each sum spelled as begin_token spells it.
 void end_token(const float* src, float* dst, const float* k, const float* u, float decay, int64_t K,
                int64_t V, const NextToken& next) {
   if (next.k)
