@@ -11,6 +11,7 @@
 
 #include "bench/bench_util.h"
 #include "kernels/cpu/gated_delta_rule.h"
+#include "kernels/cpu/gated_delta_rule_backward.h"
 #include "kernels/cpu/linear_attention_layer.h"
 #include "kernels/cpu/recurrent_decode.h"
 
@@ -91,6 +92,41 @@ BENCHMARK(BM_prefill_cpu)->Name("gdr_prefill/cpu")->Apply(prefill_shapes);
 BENCHMARK(BM_prefill_recurrent)
     ->Name("gdr_prefill/cpu_recurrent")
     ->ArgNames({"T", "HV"})
+    ->Args({4096, 16})
+    ->MeasureProcessCPUTime()
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// ---- backward: the same prefill shape, do and dht in, every input gradient out ---------------
+
+// Nominal operations of the backward: twice the forward's (8 T HV K V), as for any product (the
+// gradient of y = A x costs one product for dA and one for dx).
+void BM_backward_cpu(benchmark::State& st) {
+  const int64_t T = st.range(0), HV = st.range(1);
+  const GdrInputs in(T, kH, HV, kK, kV);
+  std::vector<float> o(static_cast<size_t>(T * HV * kV));
+  std::vector<float> state = uniform(HV * kK * kV, -0.1f, 0.1f, 6);
+  kernels::GatedDeltaRuleBackwardParams b;
+  b.forward = prefill_params(in, T, HV, o, state);
+  b.forward.final_state = nullptr;
+  const std::vector<float> d_out = uniform(T * HV * kV, -1.0f, 1.0f, 8);
+  const std::vector<float> d_ht = uniform(HV * kK * kV, -1.0f, 1.0f, 9);
+  std::vector<float> dq(in.q.size()), dk(in.k.size()), dv(in.v.size()), dg(in.g.size()),
+      dbeta(in.beta.size()), dh0(d_ht.size());
+  b.d_output = d_out.data(), b.d_final_state = d_ht.data();
+  b.dq = dq.data(), b.dk = dk.data(), b.dv = dv.data(), b.dg = dg.data();
+  b.dbeta = dbeta.data(), b.dh0 = dh0.data();
+  for (auto _ : st) {
+    fail_unless_ok(st, kernels::cpu::recurrent_gated_delta_rule_backward(b));
+    benchmark::DoNotOptimize(dq.data());
+  }
+  set_counters(st, T, 2 * gdr_nominal_flops(T, HV, kK, kV));
+}
+
+BENCHMARK(BM_backward_cpu)
+    ->Name("gdr_backward/cpu_recurrent")
+    ->ArgNames({"T", "HV"})
+    ->Args({512, 16})
     ->Args({4096, 16})
     ->MeasureProcessCPUTime()
     ->UseRealTime()

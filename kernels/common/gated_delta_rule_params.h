@@ -41,4 +41,23 @@ struct GatedDeltaRuleParams {
   int num_threads = 0;      // CPU kernels: 0 = all hardware threads; CUDA ignores it
 };
 
+// The backward of the same problem (docs/gradients.md): the forward's inputs in `forward` (its o
+// and final_state are not used; cu_seqlens may end before T), the upstream gradients in, the
+// input gradients out. Every element of dq, dk, dv, dg and dbeta is written: tokens past
+// cu_seqlens[-1] and tokens of a padding entry (negative slot) get exactly zero. dq and dk sum
+// over the value heads that share a key head.
+struct GatedDeltaRuleBackwardParams {
+  GatedDeltaRuleParams forward;
+  const void* d_output = nullptr;        // [B, T, HV, V] in forward.dtype (the gradient of o)
+  const float* d_final_state = nullptr;  // fp32 [rows, HV, K, V], row by slot; nullptr: zero
+  void* dq = nullptr;                    // [B, T, H, K] in forward.dtype
+  void* dk = nullptr;                    // [B, T, H, K] in forward.dtype
+  void* dv = nullptr;                    // [B, T, HV, V] in forward.dtype
+  float* dg = nullptr;                   // [B, T, HV] fp32, like g
+  void* dbeta = nullptr;                 // [B, T, HV] in forward.dtype
+  // fp32 [rows, HV, K, V]: sequence i writes row state_slots[i] (or i), also without an initial
+  // state; rows no sequence addresses stay untouched; nullptr: not kept. May be d_final_state.
+  float* dh0 = nullptr;
+};
+
 }  // namespace deltacheck::kernels

@@ -10,14 +10,7 @@
 #include "kernels/cpu/row_conversion.h"
 
 namespace deltacheck::kernels::cpu {
-namespace {
-
-struct Lane {
-  int64_t row, begin, length, seq, head;
-  int32_t slot;
-};
-
-Status check(const GatedDeltaRuleParams& p) {
+Status check_gated_delta_rule_params(const GatedDeltaRuleParams& p) {
   if (p.batch < 1 || p.seq_len < 0) return Status::InvalidArgument("batch must be >= 1, T >= 0");
   if (p.num_heads < 1 || p.num_value_heads < 1 || p.key_dim < 1 || p.value_dim < 1)
     return Status::InvalidArgument("head counts and head dims must be >= 1");
@@ -45,6 +38,13 @@ Status check(const GatedDeltaRuleParams& p) {
                                        std::to_string(rows));
   return Status::Ok();
 }
+
+namespace {
+
+struct Lane {
+  int64_t row, begin, length, seq, head;
+  int32_t slot;
+};
 
 std::vector<Lane> make_lanes(const GatedDeltaRuleParams& p) {
   const int64_t n = p.cu_seqlens ? p.num_seqs : p.batch;
@@ -428,7 +428,7 @@ void recurrent_lane(const GatedDeltaRuleParams& p, const Lane& L, std::vector<fl
 }  // namespace
 
 Status chunked_gated_delta_rule(const GatedDeltaRuleParams& p) {
-  if (Status st = check(p); !st.ok()) return st;
+  if (Status st = check_gated_delta_rule_params(p); !st.ok()) return st;
   const std::vector<Lane> lanes = make_lanes(p);
   core::parallel_for(static_cast<int64_t>(lanes.size()), p.num_threads, [&](int64_t i) {
     thread_local ChunkScratch scratch;
@@ -439,7 +439,7 @@ Status chunked_gated_delta_rule(const GatedDeltaRuleParams& p) {
 }
 
 Status recurrent_gated_delta_rule(const GatedDeltaRuleParams& p) {
-  if (Status st = check(p); !st.ok()) return st;
+  if (Status st = check_gated_delta_rule_params(p); !st.ok()) return st;
   const std::vector<Lane> lanes = make_lanes(p);
   const int64_t K = p.key_dim, V = p.value_dim;
   core::parallel_for(static_cast<int64_t>(lanes.size()), p.num_threads, [&](int64_t i) {

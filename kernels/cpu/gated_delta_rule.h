@@ -14,6 +14,9 @@
 
 namespace deltacheck::kernels::cpu {
 
+// Ok, or InvalidArgument naming what makes p an invalid problem (what both kernels check first).
+Status check_gated_delta_rule_params(const GatedDeltaRuleParams& p);
+
 Status chunked_gated_delta_rule(const GatedDeltaRuleParams& p);
 Status recurrent_gated_delta_rule(const GatedDeltaRuleParams& p);
 

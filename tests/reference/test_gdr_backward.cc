@@ -1,0 +1,316 @@
+// The FP64 backward of the gated delta rule against an independent second form: complex-step
+// differentiation of a forward written here, templated on the scalar type and run in
+// std::complex<double>. For an analytic loss L, dL/dx = Im L(x + i h e_x) / h with no subtractive
+// cancellation, so with h = 1e-20 the derivative is exact to rounding (~1e-15 relative); the
+// reference must agree to 1e-10. The loss is L = sum(do * o) + sum(dht * final_state) over the
+// tokens of the sequences, so its derivatives are exactly the gradients the backward returns.
+// Deliberately wrong backwards (a state gradient carried across a sequence boundary; dh0 of
+// sequence 0 for every sequence) must fail the same comparison: the check can fail.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <complex>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "reference/gated_delta_rule_backward.h"
+#include "tests/splitmix64.h"
+
+namespace deltacheck::reference {
+namespace {
+
+using Rng = test_support::SplitMix64;
+
+struct Spec {
+  std::string name;
+  int64_t B, T, H, HV, K, V;
+  std::vector<int64_t> cu;  // empty: B rows; may end before T (padding tail)
+  bool l2, h0, dht;
+  double g_lo, g_hi;  // gate range
+  bool default_scale = true;
+};
+
+// All inputs of one problem (and the upstream gradients) in FP64.
+struct Problem {
+  Spec sp;
+  int64_t N;
+  std::vector<double> q, k, v, g, beta, h0, d_out, d_ht;
+  explicit Problem(const Spec& s) : sp(s), N(s.cu.empty() ? s.B : int64_t(s.cu.size()) - 1) {
+    Rng r{0x5eedull + static_cast<uint64_t>(s.T * 131 + s.K * 7 + s.V)};
+    auto fill = [&](std::vector<double>& x, int64_t n, double lo, double hi) {
+      x.resize(static_cast<size_t>(n));
+      for (auto& e : x) e = r.uniform(lo, hi);
+    };
+    fill(q, s.B * s.T * s.H * s.K, -1, 1);
+    fill(k, s.B * s.T * s.H * s.K, -1, 1);
+    fill(v, s.B * s.T * s.HV * s.V, -1, 1);
+    fill(g, s.B * s.T * s.HV, s.g_lo, s.g_hi);
+    fill(beta, s.B * s.T * s.HV, 0.05, 1.5);
+    fill(h0, N * s.HV * s.K * s.V, -0.5, 0.5);
+    if (!s.h0) std::fill(h0.begin(), h0.end(), 0.0);
+    fill(d_out, s.B * s.T * s.HV * s.V, -1, 1);
+    fill(d_ht, N * s.HV * s.K * s.V, -1, 1);
+    if (!s.dht) std::fill(d_ht.begin(), d_ht.end(), 0.0);
+  }
+  GatedDeltaRuleArgs args() const {
+    GatedDeltaRuleArgs a;
+    a.batch = sp.B, a.seq_len = sp.T, a.num_heads = sp.H, a.num_value_heads = sp.HV;
+    a.key_dim = sp.K, a.value_dim = sp.V;
+    a.q = q.data(), a.k = k.data(), a.v = v.data(), a.g = g.data(), a.beta = beta.data();
+    a.cu_seqlens = sp.cu;
+    a.initial_state = sp.h0 ? h0.data() : nullptr;
+    if (!sp.default_scale) a.scale = 0.7;
+    a.use_qk_l2norm = sp.l2;
+    return a;
+  }
+  GatedDeltaRuleGradients backward() const {
+    return gated_delta_rule_backward(args(), d_out.data(), sp.dht ? d_ht.data() : nullptr);
+  }
+};
+
+// The loss sum(do * o) + sum(dht * S_final) by the plain recurrence in scalar type T, written
+// apart from reference/ (no shared code): x * x (never |x|^2) in the norm keeps it analytic.
+template <typename T>
+struct Inputs {
+  std::vector<T> q, k, v, g, beta, h0;
+};
+
+template <typename T>
+T loss(const Problem& p, const Inputs<T>& in) {
+  const Spec& s = p.sp;
+  const int64_t group = s.HV / s.H;
+  const double scale = s.default_scale ? 1.0 / std::sqrt(double(s.K)) : 0.7;
+  T total = T(0);
+  for (int64_t n = 0; n < p.N; ++n) {
+    const int64_t row = s.cu.empty() ? n : 0;
+    const int64_t t0 = s.cu.empty() ? 0 : s.cu[n];
+    const int64_t t1 = s.cu.empty() ? s.T : s.cu[n + 1];
+    for (int64_t hv = 0; hv < s.HV; ++hv) {
+      std::vector<T> S(in.h0.begin() + (n * s.HV + hv) * s.K * s.V,
+                       in.h0.begin() + (n * s.HV + hv + 1) * s.K * s.V);
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t qk = ((row * s.T + t) * s.H + hv / group) * s.K;
+        const int64_t tok = (row * s.T + t) * s.HV + hv;
+        std::vector<T> qn(in.q.begin() + qk, in.q.begin() + qk + s.K);
+        std::vector<T> kn(in.k.begin() + qk, in.k.begin() + qk + s.K);
+        if (s.l2) {
+          for (auto* x : {&qn, &kn}) {
+            T ss = T(0);
+            for (const T& e : *x) ss += e * e;
+            const T inv = T(1) / std::sqrt(ss + T(1e-6));
+            for (T& e : *x) e *= inv;
+          }
+        }
+        const T a = std::exp(in.g[tok]);
+        for (T& e : S) e *= a;
+        for (int64_t j = 0; j < s.V; ++j) {
+          T sk = T(0);
+          for (int64_t i = 0; i < s.K; ++i) sk += S[i * s.V + j] * kn[i];
+          const T u = in.beta[tok] * (in.v[tok * s.V + j] - sk);
+          for (int64_t i = 0; i < s.K; ++i) S[i * s.V + j] += kn[i] * u;
+        }
+        for (int64_t j = 0; j < s.V; ++j) {
+          T o = T(0);
+          for (int64_t i = 0; i < s.K; ++i) o += S[i * s.V + j] * (T(scale) * qn[i]);
+          total += T(p.d_out[tok * s.V + j]) * o;
+        }
+      }
+      for (int64_t e = 0; e < s.K * s.V; ++e)
+        total += T(p.d_ht[(n * s.HV + hv) * s.K * s.V + e]) * S[e];
+    }
+  }
+  return total;
+}
+
+// Every gradient by complex step: one complex forward per input element.
+GatedDeltaRuleGradients complex_step(const Problem& p) {
+  using C = std::complex<double>;
+  constexpr double h = 1e-20;
+  Inputs<C> in;
+  auto lift = [](const std::vector<double>& x) { return std::vector<C>(x.begin(), x.end()); };
+  in.q = lift(p.q), in.k = lift(p.k), in.v = lift(p.v), in.g = lift(p.g);
+  in.beta = lift(p.beta), in.h0 = lift(p.h0);
+  auto grad = [&](std::vector<C>& x) {
+    std::vector<double> d(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] += C(0, h);
+      d[i] = loss(p, in).imag() / h;
+      x[i] -= C(0, h);
+    }
+    return d;
+  };
+  return {grad(in.q), grad(in.k), grad(in.v), grad(in.g), grad(in.beta), grad(in.h0)};
+}
+
+// The largest |a - b| of each tensor relative to its largest |b|; the worst over the tensors,
+// and which one it was.
+struct Disagreement {
+  double worst = 0.0;
+  std::string tensor;
+};
+
+Disagreement compare(const GatedDeltaRuleGradients& a, const GatedDeltaRuleGradients& b) {
+  Disagreement d;
+  auto one = [&](const char* name, const std::vector<double>& x, const std::vector<double>& y) {
+    EXPECT_EQ(x.size(), y.size()) << name;
+    double diff = 0.0, mag = 0.0;
+    for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
+      diff = std::max(diff, std::abs(x[i] - y[i]));
+      mag = std::max(mag, std::abs(y[i]));
+    }
+    const double rel = diff / std::max(mag, std::numeric_limits<double>::min());
+    if (!(rel <= d.worst)) d = {rel, name};  // NaN counts as worst
+  };
+  one("dq", a.dq, b.dq);
+  one("dk", a.dk, b.dk);
+  one("dv", a.dv, b.dv);
+  one("dg", a.dg, b.dg);
+  one("dbeta", a.dbeta, b.dbeta);
+  one("dh0", a.dh0, b.dh0);
+  return d;
+}
+
+class BackwardCrossCheck : public ::testing::TestWithParam<Spec> {};
+
+TEST_P(BackwardCrossCheck, AgreesWithComplexStepTo1e10) {
+  const Problem p(GetParam());
+  const GatedDeltaRuleGradients ref = p.backward();
+  const GatedDeltaRuleGradients cs = complex_step(p);
+  // A degenerate problem (all gradients zero) would agree trivially.
+  double mag = 0.0;
+  for (double x : cs.dk) mag = std::max(mag, std::abs(x));
+  ASSERT_GT(mag, 1e-6) << "degenerate problem";
+  const Disagreement d = compare(ref, cs);
+  EXPECT_LT(d.worst, 1e-10) << "worst tensor " << d.tensor;
+  std::printf("[ measured ] %s: max |ref - complex step| / max |complex step| = %.2e (%s)\n",
+              GetParam().name.c_str(), d.worst, d.tensor.c_str());
+}
+
+const Spec kSpecs[] = {
+    // name, B, T, H, HV, K, V, cu, l2, h0, dht, g range, default scale
+    {"packed_zero_length_gva", 1, 12, 2, 4, 3, 5, {0, 3, 3, 7, 12}, true, true, true, -1, 0},
+    {"packed_zero_length_first_last", 1, 9, 1, 2, 4, 3, {0, 0, 4, 9, 9}, false, true, true, -2, 0},
+    {"padding_tail", 1, 12, 2, 2, 3, 4, {0, 5, 5, 9}, true, true, true, -1, -0.01},
+    {"strong_decay", 1, 10, 1, 2, 3, 3, {0, 4, 10}, true, true, true, -20, -1e-4},
+    {"no_l2_no_state_no_dht", 1, 10, 2, 4, 5, 3, {0, 6, 10}, false, false, false, -1, 0},
+    {"l2_no_state", 1, 8, 1, 1, 5, 7, {0, 8}, true, false, true, -0.5, 0},
+    {"batch_rows", 2, 6, 1, 4, 3, 2, {}, true, true, true, -1, 0},
+    {"gva4_explicit_scale", 2, 5, 1, 4, 3, 3, {}, false, true, false, -3, 0, false},
+    // Longer than one stored block (64 tokens): the replay from block states.
+    {"crosses_block", 1, 75, 1, 1, 2, 3, {0, 5, 75}, true, true, true, -0.3, 0},
+};
+
+INSTANTIATE_TEST_SUITE_P(Reference, BackwardCrossCheck, ::testing::ValuesIn(kSpecs),
+                         [](const auto& info) { return info.param.name; });
+
+// The cross-check catches the bug classes it exists for (it can fail).
+TEST(BackwardCrossCheck, CatchesStateGradientCarriedAcrossABoundary) {
+  Spec s = kSpecs[0];
+  s.cu = {0, 3, 7, 12};  // no empty sequence: the carry goes from sequence 1 into sequence 0
+  const Problem p(s);
+  const GatedDeltaRuleGradients right = p.backward();
+  // The bug: the reverse pass does not reset at a boundary, so sequence n's state gradient at
+  // its end gains what sequence n+1 hands back at its start (its dh0).
+  Problem carried = p;
+  for (int64_t n = 0; n + 1 < p.N; ++n)
+    for (int64_t e = 0; e < s.HV * s.K * s.V; ++e)
+      carried.d_ht[n * s.HV * s.K * s.V + e] += right.dh0[(n + 1) * s.HV * s.K * s.V + e];
+  const GatedDeltaRuleGradients wrong = carried.backward();
+  const GatedDeltaRuleGradients cs = complex_step(p);
+  EXPECT_LT(compare(right, cs).worst, 1e-10);
+  const Disagreement d = compare(wrong, cs);
+  EXPECT_GT(d.worst, 1e-3) << "a carried state gradient went unnoticed";
+  std::printf("[ measured ] carried state gradient: %.2e (%s)\n", d.worst, d.tensor.c_str());
+}
+
+TEST(BackwardCrossCheck, CatchesDh0OfSequenceZeroForAll) {
+  const Problem p(kSpecs[0]);
+  GatedDeltaRuleGradients wrong = p.backward();
+  const int64_t row = p.sp.HV * p.sp.K * p.sp.V;
+  for (int64_t n = 1; n < p.N; ++n)
+    std::copy(wrong.dh0.begin(), wrong.dh0.begin() + row, wrong.dh0.begin() + n * row);
+  const Disagreement d = compare(wrong, complex_step(p));
+  EXPECT_GT(d.worst, 1e-3);
+  EXPECT_EQ(d.tensor, "dh0");
+  std::printf("[ measured ] dh0 of sequence 0 for all: %.2e (%s)\n", d.worst, d.tensor.c_str());
+}
+
+TEST(GatedDeltaRuleBackward, EmptySequenceHandsDhtBackAndPaddingTailIsExactlyZero) {
+  Spec s = kSpecs[2];  // {0, 5, 5, 9} with T = 12
+  Problem p(s);
+  // Garbage in the padding tail must not reach any gradient.
+  for (int64_t t = 9; t < s.T; ++t) {
+    for (int64_t e = 0; e < s.H * s.K; ++e) p.q[t * s.H * s.K + e] = NAN;
+    for (int64_t e = 0; e < s.HV; ++e) p.g[t * s.HV + e] = INFINITY;
+    for (int64_t e = 0; e < s.HV * s.V; ++e) p.d_out[t * s.HV * s.V + e] = NAN;
+  }
+  const GatedDeltaRuleGradients r = p.backward();
+  const int64_t row = s.HV * s.K * s.V;
+  for (int64_t e = 0; e < row; ++e) EXPECT_EQ(r.dh0[row + e], p.d_ht[row + e]);
+  for (int64_t t = 9; t < s.T; ++t) {
+    for (int64_t e = 0; e < s.H * s.K; ++e) {
+      EXPECT_EQ(r.dq[t * s.H * s.K + e], 0.0);
+      EXPECT_EQ(r.dk[t * s.H * s.K + e], 0.0);
+    }
+    for (int64_t e = 0; e < s.HV; ++e) {
+      EXPECT_EQ(r.dg[t * s.HV + e], 0.0);
+      EXPECT_EQ(r.dbeta[t * s.HV + e], 0.0);
+    }
+    for (int64_t e = 0; e < s.HV * s.V; ++e) EXPECT_EQ(r.dv[t * s.HV * s.V + e], 0.0);
+  }
+  for (double x : r.dq) EXPECT_TRUE(std::isfinite(x));
+}
+
+// Context parallelism: a sequence cut across two calls (the state passed forward, the state
+// gradient passed back) has the gradients of the one-shot backward; cuts inside a 64-token block
+// and at its edge.
+TEST(GatedDeltaRuleBackward, SplitAcrossTwoCallsEqualsOneShot) {
+  const Spec whole{"whole", 1, 150, 2, 4, 4, 3, {0, 150}, true, true, true, -0.5, 0};
+  const Problem p(whole);
+  const GatedDeltaRuleGradients one_shot = p.backward();
+  for (int64_t cut : {1, 37, 64, 100}) {
+    // Sub-problem over tokens [t0, t1) of p with the given initial state and dht.
+    auto part = [&](int64_t t0, int64_t t1, const std::vector<double>& h0,
+                    const std::vector<double>& dht) {
+      Spec s = whole;
+      s.T = t1 - t0, s.cu = {0, t1 - t0};
+      Problem q(s);
+      auto slice = [&](const std::vector<double>& x, int64_t per_token) {
+        return std::vector<double>(x.begin() + t0 * per_token, x.begin() + t1 * per_token);
+      };
+      q.q = slice(p.q, s.H * s.K), q.k = slice(p.k, s.H * s.K), q.v = slice(p.v, s.HV * s.V);
+      q.g = slice(p.g, s.HV), q.beta = slice(p.beta, s.HV), q.d_out = slice(p.d_out, s.HV * s.V);
+      q.h0 = h0, q.d_ht = dht;
+      return q;
+    };
+    const Problem first = part(0, cut, p.h0, std::vector<double>(p.d_ht.size(), 0.0));
+    const std::vector<double> mid = gated_delta_rule(first.args()).final_state;
+    const GatedDeltaRuleGradients second = part(cut, whole.T, mid, p.d_ht).backward();
+    const GatedDeltaRuleGradients head = part(0, cut, p.h0, second.dh0).backward();
+    auto joined = [&](const std::vector<double>& a, const std::vector<double>& b) {
+      std::vector<double> x = a;
+      x.insert(x.end(), b.begin(), b.end());
+      return x;
+    };
+    const GatedDeltaRuleGradients split{
+        joined(head.dq, second.dq), joined(head.dk, second.dk),       joined(head.dv, second.dv),
+        joined(head.dg, second.dg), joined(head.dbeta, second.dbeta), head.dh0};
+    const Disagreement d = compare(split, one_shot);
+    EXPECT_LT(d.worst, 1e-12) << "cut at " << cut << ", worst tensor " << d.tensor;
+  }
+}
+
+TEST(GatedDeltaRuleBackward, RejectsBadInput) {
+  const Problem p(kSpecs[0]);
+  GatedDeltaRuleArgs a = p.args();
+  EXPECT_THROW(gated_delta_rule_backward(a, nullptr, nullptr), std::invalid_argument);
+  a.cu_seqlens = {0, 3, 13};  // past T
+  EXPECT_THROW(gated_delta_rule_backward(a, p.d_out.data(), nullptr), std::invalid_argument);
+  a.cu_seqlens = {0, 5, 3};  // decreasing
+  EXPECT_THROW(gated_delta_rule_backward(a, p.d_out.data(), nullptr), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace deltacheck::reference
