@@ -43,14 +43,10 @@ void add_output_options(CLI::App* app, OutputOptions& o) {
 // What a report needs beyond the results, the progress bar, and the failure dumps written so far
 // (the dump hook runs on worker threads; on_result and finish on the reporting thread).
 struct ResultSink::State {
-  std::vector<harness::Verdict> fail_on;
-  nlohmann::ordered_json selection;
-  std::vector<std::string> backends;
-  std::map<std::string, int64_t> index_of;  // case id -> position in the unsharded selection
-  int64_t selected = -1;
-  int shard_index = 0, shard_count = 1;
-  std::string backend_args;  // backend options repeated in rerun commands
-  std::string started_at;
+  // What the report records besides the results (fail_on, selection, positions, backend options
+  // repeated in rerun commands, start time, failure dumps written so far: under `mu`); its
+  // seconds are filled in by finish().
+  reports::RunRecord run;
   // Progress.
   bool bar = false;
   size_t expected = 0, seen = 0;
@@ -68,7 +64,6 @@ struct ResultSink::State {
   std::mutex mu;
   int dumps_started = 0, dumps_skipped = 0;
   std::map<std::pair<std::string, std::string>, PendingDump> pending;  // (case, backend)
-  std::map<std::pair<std::string, std::string>, std::string> dumps;    // (case, backend) -> file
   std::vector<std::string> dump_errors;
 };
 
@@ -106,12 +101,12 @@ ResultSink::ResultSink(const OutputOptions& o, std::string title)
       state_(std::make_unique<State>()) {
   // Check what can be checked before anything runs: a bad --fail-on or an unwritable report
   // directory should not cost a whole run.
-  if (Status st = reports::parse_fail_on(split_commas(o.fail_on), state_->fail_on); !st.ok())
+  if (Status st = reports::parse_fail_on(split_commas(o.fail_on), state_->run.fail_on); !st.ok())
     throw UsageError(st.message());
   if (!o.report_dir.empty())
     if (Status st = state_->dir.open(o.report_dir); !st.ok())
       throw UsageError("--report-dir: " + st.message());
-  state_->started_at = reports::utc_now_iso8601();
+  state_->run.started_at = reports::utc_now_iso8601();
   state_->bar =
       o.progress == "bar" || (o.progress == "auto" && isatty(fileno(stderr)) &&
                               std::getenv("TERM") && std::string(std::getenv("TERM")) != "dumb");
@@ -126,21 +121,21 @@ ResultSink::~ResultSink() = default;
 void ResultSink::describe_run(const Selection& s, const SelectedCases& sel,
                               const BackendSelection& b) {
   State& st = *state_;
-  st.selection = {
+  st.run.selection = {
       {"suite", s.case_ids.empty() ? nlohmann::ordered_json(s.suite) : nullptr},
       {"cases", s.case_ids},
       {"filter", s.filter},
       {"seed", s.seed >= 0 ? nlohmann::ordered_json(s.seed) : nullptr},
   };
-  if (!s.excludes.empty()) st.selection["exclude"] = s.excludes;
-  st.backends = split_commas(b.names);
+  if (!s.excludes.empty()) st.run.selection["exclude"] = s.excludes;
+  st.run.backends = split_commas(b.names);
   for (size_t i = 0; i < sel.cases.size(); ++i)
-    st.index_of.emplace(sel.cases[i].id(), sel.indices[i]);
-  st.selected = sel.total;
-  st.shard_index = sel.shard_index;
-  st.shard_count = sel.shard_count;
-  st.backend_args = backend_option_args(b);
-  st.expected = sel.cases.size() * st.backends.size();
+    st.run.index_of.emplace(sel.cases[i].id(), sel.indices[i]);
+  st.run.selected = sel.total;
+  st.run.shard_index = sel.shard_index;
+  st.run.shard_count = sel.shard_count;
+  st.run.backend_options = backend_option_args(b);
+  st.expected = sel.cases.size() * st.run.backends.size();
 }
 
 harness::FailureCallback ResultSink::failure_hook() {
@@ -174,11 +169,12 @@ void ResultSink::write_pending_dump(const harness::CaseResult& r) {
   std::string path;
   Status s = st.dir.dump_path(name, &path);
   if (s.ok())
-    s = reports::write_failure_dump(path, d.pc, d.outputs, d.r,
-                                    reports::rerun_command(r.backend, r.case_id, st.backend_args));
+    s = reports::write_failure_dump(
+        path, d.pc, d.outputs, d.r,
+        reports::rerun_command(r.backend, r.case_id, st.run.backend_options));
   lock.lock();
   if (s.ok())
-    st.dumps[{r.case_id, r.backend}] = "failures/" + name;
+    st.run.dumps[{r.case_id, r.backend}] = "failures/" + name;
   else
     st.dump_errors.push_back(s.message());
 }
@@ -214,16 +210,16 @@ void ResultSink::on_result(const harness::CaseResult& r) {
   // On a terminal the bar stands for the passing rows; everything else is printed above it.
   if (st.bar) std::fputs("\r\033[K", stderr);
   if (!(pass && (options_.quiet || st.bar))) {
-    reports::ConsoleOptions c{color_, options_.quiet, st.fail_on};
+    reports::ConsoleOptions c{color_, options_.quiet, st.run.fail_on};
     std::string text = reports::format_result_line(r, c);
     if (harness::is_failure(r.verdict) && !options_.report_dir.empty()) {
       std::lock_guard<std::mutex> lock(st.mu);
-      const auto it = st.dumps.find({r.case_id, r.backend});
-      if (it != st.dumps.end())
+      const auto it = st.run.dumps.find({r.case_id, r.backend});
+      if (it != st.run.dumps.end())
         text += fmt::format("{:12}dump: {}\n", "",
                             (fs::path(options_.report_dir) / it->second).string());
       text += fmt::format("{:12}rerun: {}\n", "",
-                          reports::rerun_command(r.backend, r.case_id, st.backend_args));
+                          reports::rerun_command(r.backend, r.case_id, st.run.backend_options));
     }
     std::fputs(text.c_str(), stdout);
     std::fflush(stdout);
@@ -241,48 +237,18 @@ int ResultSink::finish(const std::vector<harness::CaseResult>& results) {
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   if (st.bar) std::fputs("\r\033[K", stderr);
-  reports::ConsoleOptions c{color_, options_.quiet, st.fail_on};
+  reports::ConsoleOptions c{color_, options_.quiet, st.run.fail_on};
   std::fputs(reports::format_summary(results, secs, c).c_str(), stdout);
   const harness::CaseResult* first_failure = nullptr;
   for (const auto& r : results)
-    if (reports::in(st.fail_on, r.verdict)) {
+    if (reports::in(st.run.fail_on, r.verdict)) {
       first_failure = &r;
       break;
     }
 
   if (!options_.report_dir.empty()) {
-    reports::Report rep;
-    rep.tool_version = reports::tool_version();
-    rep.git_revision = reports::git_revision();
-    rep.tolerance = harness::describe_policy();
-    rep.selection = st.selection;
-    // Backends as the results name them (in the order they ran); the requested names when
-    // nothing ran (an empty shard).
-    for (const auto& r : results)
-      if (std::find(rep.backends.begin(), rep.backends.end(), r.backend) == rep.backends.end())
-        rep.backends.push_back(r.backend);
-    if (rep.backends.empty()) rep.backends = st.backends;
-    rep.fail_on = st.fail_on;
-    rep.machines = {reports::this_machine()};
-    rep.command = reports::this_command_line();
-    rep.shard_index = st.shard_index;
-    rep.shard_count = st.shard_count;
-    rep.started_at = st.started_at;
-    rep.seconds = secs;
-    std::map<std::string, int64_t> first_seen;
-    for (const auto& r : results) {
-      const auto it = st.index_of.find(r.case_id);
-      const int64_t index =
-          it != st.index_of.end()
-              ? it->second
-              : first_seen.emplace(r.case_id, static_cast<int64_t>(first_seen.size()))
-                    .first->second;
-      reports::Entry e = reports::make_entry(r, index, st.backend_args);
-      if (const auto d = st.dumps.find({r.case_id, r.backend}); d != st.dumps.end())
-        e.dump = d->second;
-      rep.entries.push_back(std::move(e));
-    }
-    rep.selected_cases = st.selected >= 0 ? st.selected : static_cast<int64_t>(first_seen.size());
+    st.run.seconds = secs;
+    const reports::Report rep = reports::assemble_report(results, st.run);
     for (const std::string& e : st.dump_errors)
       std::fprintf(stderr, "deltacheck: warning: no failure dump: %s\n", e.c_str());
     const reports::WrittenReport w = st.dir.commit(rep);
@@ -294,18 +260,18 @@ int ResultSink::finish(const std::vector<harness::CaseResult>& results) {
                 w.seconds * 1e3);
     // A shard's summary is partial: the job summary comes from `report merge`.
     if (rep.shard_count <= 1) print_step_summary(reports::append_step_summary(rep));
-    if (!st.dumps.empty())
-      std::printf("failure dumps: %zu in %s\n", st.dumps.size(),
+    if (!st.run.dumps.empty())
+      std::printf("failure dumps: %zu in %s\n", st.run.dumps.size(),
                   (fs::path(options_.report_dir) / "failures").string().c_str());
     if (st.dumps_skipped > 0)
       std::printf("%d more failures were not dumped (--max-dumps %d)\n", st.dumps_skipped,
                   options_.max_dumps);
   }
   if (first_failure) {
-    std::printf(
-        "rerun the first failing case: %s\n",
-        reports::rerun_command(first_failure->backend, first_failure->case_id, st.backend_args)
-            .c_str());
+    std::printf("rerun the first failing case: %s\n",
+                reports::rerun_command(first_failure->backend, first_failure->case_id,
+                                       st.run.backend_options)
+                    .c_str());
     return kExitFail;
   }
   return kExitPass;
