@@ -1,6 +1,6 @@
 // Console lines, the gate and report files for results of the public API
 // (include/deltacheck/report.h), built the way `deltacheck run` builds them
-// (harness/cli/output.cc), from the same report model.
+// (tools/deltacheck/output.cc), from the same report model and its one assembly.
 #include "deltacheck/report.h"
 
 #include <algorithm>
@@ -19,6 +19,10 @@ std::string format_result(const CaseResult& r, bool color) {
   return reports::format_result_line(r, o);
 }
 
+std::string format_result(const CaseResult& r, const ConsoleOptions& options) {
+  return reports::format_result_line(r, options);
+}
+
 std::vector<Verdict> default_fail_on() { return reports::default_fail_on(); }
 
 bool fails(const std::vector<CaseResult>& results, const std::vector<Verdict>& fail_on) {
@@ -31,6 +35,11 @@ std::string format_summary(const std::vector<CaseResult>& results, double second
   reports::ConsoleOptions o;
   o.fail_on = fail_on;
   return reports::format_summary(results, seconds, o);
+}
+
+std::string format_summary(const std::vector<CaseResult>& results, double seconds,
+                           const ConsoleOptions& options) {
+  return reports::format_summary(results, seconds, options);
 }
 
 Report make_report(const std::vector<CaseResult>& results, const ReportOptions& options) {
