@@ -1,6 +1,8 @@
 // FunctionBackend and access to deltacheck's own backends (include/deltacheck/backend.h).
 #include "deltacheck/backend.h"
 
+#include "harness/isolation.h"
+
 namespace deltacheck {
 
 FunctionBackend::FunctionBackend(std::string name, RunFunction run, SupportFunction supports)
@@ -42,6 +44,10 @@ std::vector<BackendInfo> list_backends() { return harness::list_backends(); }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options) {
   return harness::make_backend(name, options);
+}
+
+std::unique_ptr<Backend> isolated_backend(std::unique_ptr<Backend> backend, double timeout_s) {
+  return harness::make_isolated_backend(std::move(backend), {timeout_s});
 }
 
 }  // namespace deltacheck

@@ -25,6 +25,8 @@ std::string short_id(const Case& c) {
   return out + ")";
 }
 
+const std::vector<OpSchema>& list_ops() { return cases::op_schemas(); }
+
 std::vector<SuiteInfo> list_suites() { return cases::list_suites(); }
 
 std::vector<Case> suite(const std::string& name) { return cases::suite(name); }
@@ -69,7 +71,8 @@ std::string Selection::describe() const {
   return s;
 }
 
-std::vector<Case> select(const Selection& s) {
+SelectedCases select_with_positions(const Selection& s, const std::string& filter_name,
+                                    const std::string& exclude_name) {
   cases::SelectionSpec spec;
   spec.suite = s.suite_name();
   spec.ids = s.ids();
@@ -78,7 +81,11 @@ std::vector<Case> select(const Selection& s) {
   spec.seed = s.seed_override();
   spec.shard_index = s.shard_index();
   spec.shard_count = s.shard_count();
-  return cases::select(spec).cases;
+  spec.filter_name = filter_name;
+  spec.exclude_name = exclude_name;
+  return cases::select(spec);
 }
+
+std::vector<Case> select(const Selection& s) { return select_with_positions(s).cases; }
 
 }  // namespace deltacheck

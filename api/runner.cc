@@ -10,6 +10,8 @@ harness::RunOptions harness_options(const RunOptions& o) {
   harness::RunOptions h;
   h.jobs = o.jobs < 1 ? 1 : o.jobs;
   h.probes = o.probes;
+  h.max_memory_bytes = o.max_memory_bytes;
+  h.on_failure = o.on_failure;
   return h;
 }
 
@@ -20,6 +22,10 @@ CaseResult run_case(const Case& c, Backend& backend, const RunOptions& options) 
   // verdict error: the same result as `deltacheck run` gives.
   std::vector<CaseResult> r = harness::run_all({c}, {&backend}, harness_options(options), nullptr);
   return std::move(r.front());
+}
+
+CaseResult run_case(const PreparedCase& prepared, Backend& backend, const RunOptions& options) {
+  return harness::run_case(prepared, backend, options.probes, options.on_failure);
 }
 
 std::vector<CaseResult> run(const std::vector<Case>& cases, const std::vector<Backend*>& backends,

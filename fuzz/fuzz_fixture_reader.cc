@@ -4,7 +4,7 @@
 // renamed, the input list changed — applied with the HDF5 API to one of the valid fixtures in
 // fuzz/templates/. The files stay valid HDF5, so what is fuzzed is deltacheck's own validation,
 // not the HDF5 library's parser (that one is contained by reading files in a child process with
-// a deadline: harness/cli/golden.cc). Every file must be read or rejected with a Status: no
+// a deadline: tools/deltacheck/golden.cc). Every file must be read or rejected with a Status: no
 // crash, no exception, no undefined behaviour, no allocation over the reader's memory limit.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <hdf5.h>

@@ -44,83 +44,6 @@ CaseResult with_verdict(CaseResult r, Verdict v, std::string message) {
   return r;
 }
 
-bool in_ranges(const std::vector<ElementRange>& rs, int64_t i) {
-  for (const ElementRange& r : rs)
-    if (i >= r.begin && i < r.end) return true;
-  return false;
-}
-
-// Output integrity before any number is compared: guard bands, then unwritten elements (outside
-// the ranges the operation does not care about), then elements that must not change.
-// `measured` holds outputs already measured: one with no non-finite element holds no poison
-// either (floating-point poison is a NaN) and is not scanned again.
-std::string integrity_problem(const PreparedCase& pc, const cases::TensorMap& outputs,
-                              const std::map<std::string, Metrics>& measured = {}) {
-  for (const OutputSpec& spec : pc.outputs) {
-    const cases::Tensor* t = outputs.find(spec.name);
-    if (!t) return fmt::format("output '{}' missing", spec.name);
-    if (!t->guards_intact(kGuardPattern))
-      return fmt::format("wrote outside output '{}' (guard band of {} bytes changed)", t->name(),
-                         kGuardBytes);
-    int64_t first = -1;
-    const auto m = measured.find(spec.name);
-    const bool all_finite = m != measured.end() && m->second.non_finite == 0;
-    if (!all_finite && t->count_poisoned(&first) > 0) {
-      int64_t n = 0;
-      first = -1;
-      for (int64_t i = 0; i < t->numel(); ++i)
-        if (t->is_poisoned(i) && !in_ranges(spec.dont_care, i)) {
-          if (n++ == 0) first = i;
-        }
-      if (n > 0)
-        return fmt::format("left {} of {} elements of '{}' unwritten (first at index {})", n,
-                           t->numel(), t->name(), first);
-    }
-    const std::vector<double>& e = pc.expected.at(spec.name);
-    for (const ElementRange& r : spec.must_be_unchanged)
-      for (int64_t i = r.begin; i < r.end; ++i)
-        if (!(t->get(i) == e[i] || (std::isnan(t->get(i)) && std::isnan(e[i]))))
-          return fmt::format("changed '{}' at index {}: {} must stay bit-identical", spec.name, i,
-                             r.what);
-  }
-  return "";
-}
-
-bool same_bits(double a, double e) { return a == e || (std::isnan(a) && std::isnan(e)); }
-
-// Bit-exact comparison of one output: every element must equal its expectation.
-TensorReport judge_exact(const PreparedCase& pc, const OutputSpec& spec,
-                         const std::vector<double>& actual, const std::vector<double>& expected,
-                         std::vector<bool>& seq_bad) {
-  TensorReport tr;
-  tr.name = spec.name;
-  tr.dtype = cases::dtype_name(spec.dtype);
-  tr.exact = true;
-  const int64_t n = static_cast<int64_t>(actual.size());
-  tr.metrics.count = n;
-  for (int64_t i = 0; i < n; ++i)
-    if (!same_bits(actual[i], expected[i])) {
-      if (tr.mismatches++ == 0) tr.metrics.max_index = i;
-    }
-  tr.ok = tr.mismatches == 0;
-  tr.metrics.rel_rms = n > 0 ? static_cast<double>(tr.mismatches) / n : 0.0;
-  tr.metrics.max_abs = tr.ok ? 0.0 : 1.0;
-  tr.threshold = {0.0, 0.0, 0.0};
-  for (const SeqSlice& s : operation_for(pc.c).slices(pc.c, spec.name)) {
-    SeqReport sr;
-    sr.seq = s.seq;
-    sr.metrics.count = s.end - s.begin;
-    for (int64_t i = s.begin; i < s.end; ++i)
-      if (!same_bits(actual[i], expected[i])) {
-        if (sr.ok && s.per_token > 0) sr.first_bad_token = (i - s.begin) / s.per_token;
-        sr.ok = false;
-      }
-    if (!sr.ok && s.seq < static_cast<int64_t>(seq_bad.size())) seq_bad[s.seq] = true;
-    tr.seqs.push_back(sr);
-  }
-  return tr;
-}
-
 }  // namespace
 
 const char* verdict_name(Verdict v) {
@@ -216,203 +139,373 @@ cases::TensorMap allocate_outputs(const std::vector<OutputSpec>& specs) {
   return out;
 }
 
-CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
-                 const std::string& backend_name, bool allow_degenerate) {
-  CaseResult r = base_result(pc, backend_name);
-  const Operation& op = operation_for(pc.c);
-  // Outputs compared with a tolerance are measured first, on their typed elements, all in one
-  // threaded pass; one without a NaN or infinity holds no poison either.
-  std::map<std::string, Metrics> measured;
-  if (!op.exact(pc.c)) {
-    std::vector<std::string> names;
-    std::vector<MeasureRequest> requests;
-    for (const OutputSpec& spec : pc.outputs) {
-      const cases::Tensor* t = outputs.find(spec.name);
-      if (!t || t->shape() != spec.shape || t->dtype() != spec.dtype ||
-          !cases::is_floating(spec.dtype) || !spec.dont_care.empty())
-        continue;
-      names.push_back(spec.name);
-      requests.push_back({t, &pc.expected.at(spec.name), 0, t->numel()});
-    }
-    const std::vector<Metrics> metrics = measure_each(requests);  // all outputs in one pass
-    for (size_t i = 0; i < names.size(); ++i) measured[names[i]] = metrics[i];
-  }
-  if (std::string problem = integrity_problem(pc, outputs, measured); !problem.empty())
-    return with_verdict(
-        std::move(r), problem.rfind("changed", 0) == 0 ? Verdict::kFail : Verdict::kError, problem);
+// ---- judge(): integrity -> measure -> locate -> verdict, one function per step. ----
 
-  const int64_t n = static_cast<int64_t>(r.seq_lengths.size());
-  std::vector<bool> seq_bad(static_cast<size_t>(n), false);
-  bool any_bad = false, all_zero = true;
-  std::string first_problem;
+namespace {
+
+// A step's finding that ends the judgement early.
+struct Finding {
+  Verdict verdict;
+  std::string message;
+};
+
+// One output under comparison: its spec, what the backend wrote, the expectation, its sequences'
+// element ranges and, once measured, why it fails ("" when it passes). The output as double is
+// made only where a step needs it element by element and dropped after.
+struct Compared {
+  const OutputSpec* spec = nullptr;
+  const cases::Tensor* t = nullptr;
+  const std::vector<double>* expected = nullptr;
+  std::vector<SeqSlice> slices;
+  std::string problem;
+
+  // The output as double; don't-care elements take the expectation (they are not compared).
+  std::vector<double> values() const {
+    std::vector<double> actual = t->to_double();
+    for (const ElementRange& dc : spec->dont_care)
+      for (int64_t i = dc.begin; i < dc.end; ++i) actual[i] = (*expected)[i];
+    return actual;
+  }
+};
+
+bool in_ranges(const std::vector<ElementRange>& rs, int64_t i) {
+  for (const ElementRange& r : rs)
+    if (i >= r.begin && i < r.end) return true;
+  return false;
+}
+
+bool same_bits(double a, double e) { return a == e || (std::isnan(a) && std::isnan(e)); }
+
+// Step 2's whole-tensor metrics, taken first: the floating outputs of a case compared with a
+// tolerance (no don't-care ranges) measured on their typed elements, all in one threaded pass.
+// Integrity uses them too: an output without a NaN or infinity holds no poison either (the poison
+// is a NaN) and is not scanned again. Keyed by output name; outputs missing or malformed are left
+// out (integrity reports them).
+std::map<std::string, Metrics> measure_whole_outputs(const PreparedCase& pc,
+                                                     const cases::TensorMap& outputs) {
+  std::map<std::string, Metrics> measured;
+  if (operation_for(pc.c).exact(pc.c)) return measured;
+  std::vector<std::string> names;
+  std::vector<MeasureRequest> requests;
   for (const OutputSpec& spec : pc.outputs) {
     const cases::Tensor* t = outputs.find(spec.name);
-    if (!t || t->shape() != spec.shape || t->dtype() != spec.dtype)
-      return with_verdict(std::move(r), Verdict::kError,
-                          fmt::format("output '{}' missing or malformed", spec.name));
-    const std::vector<double>& expected = pc.expected.at(spec.name);
-    // The output as double, made only where needed (exact comparison, don't-care ranges, a
-    // failure to locate): a passing case is measured on the typed output in one pass.
-    std::vector<double> actual;
-    bool have_actual = false;
-    auto materialize = [&] {
-      if (have_actual) return;
-      actual = t->to_double();
-      for (const ElementRange& dc : spec.dont_care)  // not compared: take the expectation
-        for (int64_t i = dc.begin; i < dc.end; ++i) actual[i] = expected[i];
-      have_actual = true;
-    };
-    if (!spec.dont_care.empty()) materialize();
-    auto measure_actual = [&](int64_t begin, int64_t end) {
-      return have_actual ? measure(actual, expected, begin, end)
-                         : measure(*t, expected, begin, end);
-    };
-    if (op.exact(pc.c)) {
-      materialize();
-      all_zero = false;  // a mask of zeros is a meaningful answer
-      TensorReport tr = judge_exact(pc, spec, actual, expected, seq_bad);
-      if (!tr.ok && first_problem.empty()) {
-        const int64_t i = tr.metrics.max_index;
-        first_problem =
-            fmt::format("{} of {} elements of '{}' differ; first at {}: expected {} got {}",
-                        tr.mismatches, tr.metrics.count, tr.name,
-                        op.describe_element(pc.c, pc.inputs, tr.name, i), expected[i], actual[i]);
+    if (!t || t->shape() != spec.shape || t->dtype() != spec.dtype ||
+        !cases::is_floating(spec.dtype) || !spec.dont_care.empty())
+      continue;
+    names.push_back(spec.name);
+    requests.push_back({t, &pc.expected.at(spec.name), 0, t->numel()});
+  }
+  const std::vector<Metrics> metrics = measure_each(requests);
+  for (size_t i = 0; i < names.size(); ++i) measured[names[i]] = metrics[i];
+  return measured;
+}
+
+// Step 1, integrity, before any number is compared. Per output in order: present, guard bands
+// intact, no element left unwritten (poisoned) outside the ranges the operation does not care
+// about, the must-be-unchanged ranges bit-identical; then every output of the declared shape and
+// dtype. A changed must-be-unchanged element is the verdict fail, any other problem error; none:
+// nullopt.
+std::optional<Finding> check_integrity(const PreparedCase& pc, const cases::TensorMap& outputs,
+                                       const std::map<std::string, Metrics>& measured) {
+  for (const OutputSpec& spec : pc.outputs) {
+    const cases::Tensor* t = outputs.find(spec.name);
+    if (!t) return Finding{Verdict::kError, fmt::format("output '{}' missing", spec.name)};
+    if (!t->guards_intact(kGuardPattern))
+      return Finding{Verdict::kError,
+                     fmt::format("wrote outside output '{}' (guard band of {} bytes changed)",
+                                 t->name(), kGuardBytes)};
+    int64_t first = -1;
+    const auto m = measured.find(spec.name);
+    const bool all_finite = m != measured.end() && m->second.non_finite == 0;
+    if (!all_finite && t->count_poisoned(&first) > 0) {
+      int64_t n = 0;
+      first = -1;
+      for (int64_t i = 0; i < t->numel(); ++i)
+        if (t->is_poisoned(i) && !in_ranges(spec.dont_care, i)) {
+          if (n++ == 0) first = i;
+        }
+      if (n > 0)
+        return Finding{Verdict::kError,
+                       fmt::format("left {} of {} elements of '{}' unwritten (first at index {})",
+                                   n, t->numel(), t->name(), first)};
+    }
+    const std::vector<double>& e = pc.expected.at(spec.name);
+    for (const ElementRange& r : spec.must_be_unchanged)
+      for (int64_t i = r.begin; i < r.end; ++i)
+        if (!same_bits(t->get(i), e[i]))
+          return Finding{Verdict::kFail,
+                         fmt::format("changed '{}' at index {}: {} must stay bit-identical",
+                                     spec.name, i, r.what)};
+  }
+  for (const OutputSpec& spec : pc.outputs) {
+    const cases::Tensor* t = outputs.find(spec.name);
+    if (t->shape() != spec.shape || t->dtype() != spec.dtype)
+      return Finding{Verdict::kError, fmt::format("output '{}' missing or malformed", spec.name)};
+  }
+  return std::nullopt;
+}
+
+// Step 2 for a bit-exact output: every element must equal its expectation; counts the
+// mismatches, per tensor and per sequence (with each wrong sequence's first wrong token).
+TensorReport measure_exact(const PreparedCase& pc, Compared& c) {
+  const std::vector<double> actual = c.values();
+  const std::vector<double>& expected = *c.expected;
+  TensorReport tr;
+  tr.name = c.spec->name;
+  tr.dtype = cases::dtype_name(c.spec->dtype);
+  tr.exact = true;
+  const int64_t n = static_cast<int64_t>(actual.size());
+  tr.metrics.count = n;
+  for (int64_t i = 0; i < n; ++i)
+    if (!same_bits(actual[i], expected[i])) {
+      if (tr.mismatches++ == 0) tr.metrics.max_index = i;
+    }
+  tr.ok = tr.mismatches == 0;
+  tr.metrics.rel_rms = n > 0 ? static_cast<double>(tr.mismatches) / n : 0.0;
+  tr.metrics.max_abs = tr.ok ? 0.0 : 1.0;
+  tr.threshold = {0.0, 0.0, 0.0};
+  for (const SeqSlice& s : c.slices) {
+    SeqReport sr;
+    sr.seq = s.seq;
+    sr.metrics.count = s.end - s.begin;
+    for (int64_t i = s.begin; i < s.end; ++i)
+      if (!same_bits(actual[i], expected[i])) {
+        if (sr.ok && s.per_token > 0) sr.first_bad_token = (i - s.begin) / s.per_token;
+        sr.ok = false;
       }
-      any_bad = any_bad || !tr.ok;
-      r.tensors.push_back(std::move(tr));
+    tr.seqs.push_back(sr);
+  }
+  if (!tr.ok) {
+    const int64_t i = tr.metrics.max_index;
+    c.problem = fmt::format("{} of {} elements of '{}' differ; first at {}: expected {} got {}",
+                            tr.mismatches, tr.metrics.count, tr.name,
+                            operation_for(pc.c).describe_element(pc.c, pc.inputs, tr.name, i),
+                            expected[i], actual[i]);
+  }
+  return tr;
+}
+
+// Step 2 for an output compared with a tolerance: its error (rel_rms, max |Δ|, non-finite
+// elements) whole and per sequence, each against the threshold the baselines' error sets; raises
+// r.margin and the worst tensor. `whole` is its metrics when measure_whole_outputs took them.
+TensorReport measure_tolerant(const PreparedCase& pc, Compared& c, const Metrics* whole,
+                              CaseResult& r) {
+  const OutputSpec& spec = *c.spec;
+  const std::vector<double>& expected = *c.expected;
+  // Don't-care ranges need the output as double (with the expectation in them); any other output
+  // is measured on its typed elements (the same bits, compare.h).
+  std::vector<double> actual;
+  if (!spec.dont_care.empty()) actual = c.values();
+  auto measure_actual = [&](int64_t begin, int64_t end) {
+    return spec.dont_care.empty() ? measure(*c.t, expected, begin, end)
+                                  : measure(actual, expected, begin, end);
+  };
+  TensorReport tr;
+  tr.name = spec.name;
+  tr.dtype = cases::dtype_name(spec.dtype);
+  const int64_t numel = c.t->numel();
+  const auto cached = pc.baseline_errors.find(spec.name);
+  const std::vector<BaselineError>* base_m =
+      cached == pc.baseline_errors.end() ? nullptr : &cached->second;
+  tr.metrics = whole ? *whole : measure_actual(0, numel);
+  const BaselineError whole_base = base_m ? (*base_m)[0] : worst_error(pc, spec.name, 0, numel);
+  tr.baseline = whole_base.metrics;
+  tr.baseline_name = whole_base.name;
+  // TF32 operands have fp16's 10 mantissa bits: a declared TF32 backend's fp32 tensors take
+  // fp16's ceiling (their floors stay fp32's, the storage dtype's).
+  const cases::DType computed = spec.precision.value_or(spec.dtype);
+  const bool tf32 = pc.precision == MatmulPrecision::kTF32 && computed == cases::DType::kF32;
+  tr.threshold =
+      threshold(tf32 ? cases::DType::kF16 : computed, tr.baseline.rel_rms, tr.baseline.max_abs,
+                tr.metrics.ref_max_abs, spec.ceiling_factor, spec.dtype);
+  tr.ok = within(tr.threshold, tr.metrics.rel_rms, tr.metrics.max_abs, tr.metrics.non_finite);
+  if (tr.metrics.max_abs > tr.threshold.resolution)
+    r.margin = std::max({r.margin, tr.metrics.rel_rms / tr.threshold.rel_rms,
+                         tr.metrics.max_abs / tr.threshold.max_abs});
+  for (size_t si = 0; si < c.slices.size(); ++si) {
+    const SeqSlice& s = c.slices[si];
+    SeqReport sr;
+    sr.seq = s.seq;
+    sr.length = r.seq_lengths[s.seq];
+    if (s.end == s.begin) {
+      tr.seqs.push_back(sr);
       continue;
     }
-    for (size_t i = 0; all_zero && i < expected.size(); ++i) all_zero = expected[i] == 0.0;
-
-    TensorReport tr;
-    tr.name = spec.name;
-    tr.dtype = cases::dtype_name(spec.dtype);
-    const int64_t numel = t->numel();
-    const auto cached = pc.baseline_errors.find(spec.name);
-    const std::vector<BaselineError>* base_m =
-        cached == pc.baseline_errors.end() ? nullptr : &cached->second;
-    const std::vector<SeqSlice> slices = op.slices(pc.c, spec.name);
-    const auto pre = measured.find(spec.name);
-    tr.metrics = pre != measured.end() ? pre->second : measure_actual(0, numel);
-    const BaselineError whole_base = base_m ? (*base_m)[0] : worst_error(pc, spec.name, 0, numel);
-    tr.baseline = whole_base.metrics;
-    tr.baseline_name = whole_base.name;
-    // TF32 operands have fp16's 10 mantissa bits: a declared TF32 backend's fp32 tensors take
-    // fp16's ceiling (their floors stay fp32's, the storage dtype's).
-    const cases::DType computed = spec.precision.value_or(spec.dtype);
-    const bool tf32 = pc.precision == MatmulPrecision::kTF32 && computed == cases::DType::kF32;
-    tr.threshold =
-        threshold(tf32 ? cases::DType::kF16 : computed, tr.baseline.rel_rms, tr.baseline.max_abs,
-                  tr.metrics.ref_max_abs, spec.ceiling_factor, spec.dtype);
-    tr.ok = within(tr.threshold, tr.metrics.rel_rms, tr.metrics.max_abs, tr.metrics.non_finite);
-    if (tr.metrics.max_abs > tr.threshold.resolution)
-      r.margin = std::max({r.margin, tr.metrics.rel_rms / tr.threshold.rel_rms,
-                           tr.metrics.max_abs / tr.threshold.max_abs});
-    for (size_t si = 0; si < slices.size(); ++si) {
-      const SeqSlice& s = slices[si];
-      SeqReport sr;
-      sr.seq = s.seq;
-      sr.length = r.seq_lengths[s.seq];
-      if (s.end == s.begin) {
-        tr.seqs.push_back(sr);
-        continue;
-      }
-      // A sequence spanning the whole tensor has the tensor's metrics (no second pass).
-      const bool whole = s.begin == 0 && s.end == numel;
-      sr.metrics = whole ? tr.metrics : measure_actual(s.begin, s.end);
-      const Metrics b = whole    ? tr.baseline
-                        : base_m ? (*base_m)[si + 1].metrics
-                                 : worst_error(pc, spec.name, s.begin, s.end).metrics;
-      sr.threshold = sequence_threshold(
-          spec.dtype, b.rel_rms, b.max_abs,
-          {sr.metrics.ref_max_abs, sr.metrics.ref_rms, tr.metrics.ref_max_abs, tr.metrics.ref_rms},
-          tr.threshold);
-      sr.ok = within(sr.threshold, sr.metrics.rel_rms, sr.metrics.max_abs, sr.metrics.non_finite);
-      if (!sr.ok) {
-        materialize();
-        sr.first_bad_token =
-            first_token_over(actual, expected, s.begin, s.end, s.per_token, sr.threshold.max_abs);
-        seq_bad[s.seq] = true;
-      }
-      tr.ok = tr.ok && sr.ok;
-      if (sr.metrics.max_abs > sr.threshold.resolution)
-        r.margin = std::max({r.margin, sr.metrics.rel_rms / sr.threshold.rel_rms,
-                             sr.metrics.max_abs / sr.threshold.max_abs});
-      tr.seqs.push_back(sr);
-    }
-    // Token errors feed the failure plots: computed for tensors that failed only.
-    if (!tr.ok && (spec.name == "o" || !tr.seqs.empty())) {
-      materialize();
-      const auto& sl = slices;
-      if (!sl.empty() && sl.front().per_token > 0)
-        tr.token_error = token_errors(actual, expected, 0, numel, sl.front().per_token);
-      // Per head too where the output is [B, T, heads, D] and wrong (the report plots it).
-      const auto& sh = spec.shape;
-      if (!tr.ok && sh.size() == 4 && sh[2] > 1 && !sl.empty() &&
-          sl.front().per_token == sh[2] * sh[3])
-        tr.head_token_error = head_token_errors(actual, expected, sl.front().per_token, sh[2]);
-    }
-    const double ratio = tr.threshold.rel_rms > 0 ? tr.metrics.rel_rms / tr.threshold.rel_rms : 0;
-    const double worst = r.worst_threshold > 0 ? r.worst_rel_rms / r.worst_threshold : -1;
-    if (r.worst_tensor.empty() || ratio > worst) {
-      r.worst_tensor = tr.name;
-      r.worst_rel_rms = tr.metrics.rel_rms;
-      r.worst_threshold = tr.threshold.rel_rms;
-    }
-    if (!tr.ok && first_problem.empty()) {
-      if (tr.metrics.non_finite > 0)
-        first_problem = fmt::format("{} non-finite values in '{}' (first at index {})",
-                                    tr.metrics.non_finite, tr.name, tr.metrics.max_index);
-      else if (tr.metrics.rel_rms > tr.threshold.rel_rms)
-        first_problem = fmt::format("rel_rms {:.1e} > {:.1e} in {}", tr.metrics.rel_rms,
-                                    tr.threshold.rel_rms, tr.name);
-      else if (tr.metrics.max_abs > tr.threshold.max_abs)
-        first_problem = fmt::format("max|Δ| {:.1e} > {:.1e} in {}", tr.metrics.max_abs,
-                                    tr.threshold.max_abs, tr.name);
-      else
-        first_problem = fmt::format("sequence-level errors in {}", tr.name);
-    }
-    any_bad = any_bad || !tr.ok;
-    r.tensors.push_back(std::move(tr));
+    // A sequence spanning the whole tensor has the tensor's metrics (no second pass).
+    const bool spans_all = s.begin == 0 && s.end == numel;
+    sr.metrics = spans_all ? tr.metrics : measure_actual(s.begin, s.end);
+    const Metrics b = spans_all ? tr.baseline
+                      : base_m  ? (*base_m)[si + 1].metrics
+                                : worst_error(pc, spec.name, s.begin, s.end).metrics;
+    sr.threshold = sequence_threshold(
+        spec.dtype, b.rel_rms, b.max_abs,
+        {sr.metrics.ref_max_abs, sr.metrics.ref_rms, tr.metrics.ref_max_abs, tr.metrics.ref_rms},
+        tr.threshold);
+    sr.ok = within(sr.threshold, sr.metrics.rel_rms, sr.metrics.max_abs, sr.metrics.non_finite);
+    tr.ok = tr.ok && sr.ok;
+    if (sr.metrics.max_abs > sr.threshold.resolution)
+      r.margin = std::max({r.margin, sr.metrics.rel_rms / sr.threshold.rel_rms,
+                           sr.metrics.max_abs / sr.threshold.max_abs});
+    tr.seqs.push_back(sr);
   }
+  const double ratio = tr.threshold.rel_rms > 0 ? tr.metrics.rel_rms / tr.threshold.rel_rms : 0;
+  const double worst = r.worst_threshold > 0 ? r.worst_rel_rms / r.worst_threshold : -1;
+  if (r.worst_tensor.empty() || ratio > worst) {
+    r.worst_tensor = tr.name;
+    r.worst_rel_rms = tr.metrics.rel_rms;
+    r.worst_threshold = tr.threshold.rel_rms;
+  }
+  if (tr.ok) return tr;
+  if (tr.metrics.non_finite > 0)
+    c.problem = fmt::format("{} non-finite values in '{}' (first at index {})",
+                            tr.metrics.non_finite, tr.name, tr.metrics.max_index);
+  else if (tr.metrics.rel_rms > tr.threshold.rel_rms)
+    c.problem = fmt::format("rel_rms {:.1e} > {:.1e} in {}", tr.metrics.rel_rms,
+                            tr.threshold.rel_rms, tr.name);
+  else if (tr.metrics.max_abs > tr.threshold.max_abs)
+    c.problem = fmt::format("max|Δ| {:.1e} > {:.1e} in {}", tr.metrics.max_abs,
+                            tr.threshold.max_abs, tr.name);
+  else
+    c.problem = fmt::format("sequence-level errors in {}", tr.name);
+  return tr;
+}
+
+// Step 2, measure: every output against its expectation, in the order the operation declares
+// them, into r.tensors (bit-exact operations count mismatches; the others measure errors against
+// thresholds). Requires a clean integrity step: every output present and well-formed.
+std::vector<Compared> measure_outputs(const PreparedCase& pc, const cases::TensorMap& outputs,
+                                      const std::map<std::string, Metrics>& whole, CaseResult& r) {
+  const Operation& op = operation_for(pc.c);
+  std::vector<Compared> cs;
+  for (const OutputSpec& spec : pc.outputs) {
+    Compared c{&spec, outputs.find(spec.name), &pc.expected.at(spec.name),
+               op.slices(pc.c, spec.name), ""};
+    if (op.exact(pc.c)) {
+      r.tensors.push_back(measure_exact(pc, c));
+    } else {
+      const auto pre = whole.find(spec.name);
+      r.tensors.push_back(measure_tolerant(pc, c, pre == whole.end() ? nullptr : &pre->second, r));
+    }
+    cs.push_back(std::move(c));
+  }
+  return cs;
+}
+
+// Step 3, locate, inside the outputs that failed a tolerance: each wrong sequence's first token
+// whose max |Δ| exceeds its threshold, and the largest |Δ| per token (per head and token too for
+// a wrong [B, T, heads, D] output) that the report plots. Bit-exact outputs located their wrong
+// tokens while measuring; passing outputs are not touched.
+void locate_in_outputs(const std::vector<Compared>& cs, CaseResult& r) {
+  for (size_t i = 0; i < cs.size(); ++i) {
+    TensorReport& tr = r.tensors[i];
+    const Compared& c = cs[i];
+    if (tr.ok || tr.exact) continue;
+    std::optional<std::vector<double>> actual;
+    auto values = [&]() -> const std::vector<double>& {
+      if (!actual) actual = c.values();
+      return *actual;
+    };
+    for (size_t si = 0; si < c.slices.size(); ++si) {
+      const SeqSlice& s = c.slices[si];
+      SeqReport& sr = tr.seqs[si];
+      if (!sr.ok)
+        sr.first_bad_token = first_token_over(values(), *c.expected, s.begin, s.end, s.per_token,
+                                              sr.threshold.max_abs);
+    }
+    if (c.spec->name != "o" && tr.seqs.empty()) continue;
+    const std::vector<SeqSlice>& sl = c.slices;
+    if (sl.empty() || sl.front().per_token <= 0) continue;
+    tr.token_error = token_errors(values(), *c.expected, 0, c.t->numel(), sl.front().per_token);
+    const auto& sh = c.spec->shape;
+    if (sh.size() == 4 && sh[2] > 1 && sl.front().per_token == sh[2] * sh[3])
+      tr.head_token_error = head_token_errors(values(), *c.expected, sl.front().per_token, sh[2]);
+  }
+}
+
+// Where the error starts: the first sequence any output judged wrong, its first wrong token and
+// max |Δ| (from the first output wrong there), and those in words.
+struct Location {
+  int64_t first_bad = -1;        // the first wrong sequence
+  int64_t seq = -1, token = -1;  // the same, and its first wrong token, from the output wrong there
+  double max_abs = 0.0;
+  std::string where;  // "seq 2 from token 5", "seq 2 o"; "" when no sequence is wrong
+};
+
+// Step 3, locate, across sequences (of a result with a wrong output).
+Location locate_first_wrong(const CaseResult& r) {
+  const int64_t n = static_cast<int64_t>(r.seq_lengths.size());
+  Location at;
+  int64_t first_bad = -1;
+  for (const TensorReport& tr : r.tensors)
+    for (const SeqReport& sr : tr.seqs)
+      if (!sr.ok && sr.seq >= 0 && sr.seq < n && (first_bad < 0 || sr.seq < first_bad))
+        first_bad = sr.seq;
+  at.first_bad = first_bad;
+  if (first_bad < 0) return at;
+  for (const TensorReport& tr : r.tensors) {
+    const SeqReport& sr = tr.seqs[first_bad];
+    if (sr.ok) continue;
+    at.seq = first_bad;
+    at.token = sr.first_bad_token;
+    at.max_abs = sr.metrics.max_abs;
+    at.where = sr.first_bad_token >= 0
+                   ? fmt::format("seq {} from token {}", first_bad, sr.first_bad_token)
+                   : fmt::format("seq {} {}", first_bad, tr.name);
+    break;
+  }
+  return at;
+}
+
+// Step 4, verdict. Error for a degenerate expectation (every expected output zero: the case cannot
+// tell a right implementation from one that writes zeros) unless allowed; pass when every output
+// is within its threshold; leak when the error starts in a sequence after the first (run_case
+// then confirms it by running that sequence alone); fail otherwise. The message is the first
+// failing output's problem and where it starts.
+CaseResult decide_verdict(const PreparedCase& pc, const std::vector<Compared>& cs, CaseResult r,
+                          bool allow_degenerate) {
+  bool all_zero = !operation_for(pc.c).exact(pc.c);  // a mask of zeros is a meaningful answer
+  for (const Compared& c : cs)
+    for (size_t i = 0; all_zero && i < c.expected->size(); ++i) all_zero = (*c.expected)[i] == 0.0;
   if (all_zero && !pc.outputs.empty() && !allow_degenerate)
     return with_verdict(std::move(r), Verdict::kError,
                         "degenerate expectation: every expected output is zero, the case cannot "
                         "tell a right implementation from one that writes zeros");
+  std::string first_problem;
+  for (const Compared& c : cs)
+    if (!c.problem.empty()) {
+      first_problem = c.problem;
+      break;
+    }
+  const bool any_bad =
+      std::any_of(r.tensors.begin(), r.tensors.end(), [](const TensorReport& t) { return !t.ok; });
   if (!any_bad) return with_verdict(std::move(r), Verdict::kPass, "");
 
-  // Where does the error start? The first bad sequence, its first bad token and max |Δ|.
-  int64_t first_bad = -1;
-  for (int64_t s = 0; s < n; ++s)
-    if (seq_bad[s]) {
-      first_bad = s;
-      break;
-    }
-  std::string where;
-  if (first_bad >= 0) {
-    for (const TensorReport& tr : r.tensors) {
-      const SeqReport& sr = tr.seqs[first_bad];
-      if (sr.ok) continue;
-      r.leak_seq = first_bad;
-      r.leak_token = sr.first_bad_token;
-      r.leak_max_abs = sr.metrics.max_abs;
-      where = sr.first_bad_token >= 0
-                  ? fmt::format("seq {} from token {}", first_bad, sr.first_bad_token)
-                  : fmt::format("seq {} {}", first_bad, tr.name);
-      break;
-    }
-  }
-  // Leak: the error is confined to sequences after the first (run_case then confirms that the
-  // first wrong sequence is right when run alone).
-  if (n >= 2 && first_bad > 0) {
+  const Location at = locate_first_wrong(r);
+  r.leak_seq = at.seq;
+  r.leak_token = at.token;
+  r.leak_max_abs = at.max_abs;
+  if (r.seq_lengths.size() >= 2 && at.first_bad > 0) {
     r.verdict = Verdict::kLeak;
-    r.message = fmt::format("{}, max|Δ| {:.2e} ({})", where, r.leak_max_abs, first_problem);
+    r.message = fmt::format("{}, max|Δ| {:.2e} ({})", at.where, r.leak_max_abs, first_problem);
     return r;
   }
   r.leak_seq = -1;
   r.leak_token = -1;
   return with_verdict(std::move(r), Verdict::kFail,
-                      where.empty() ? first_problem : first_problem + " (" + where + ")");
+                      at.where.empty() ? first_problem : first_problem + " (" + at.where + ")");
+}
+
+}  // namespace
+
+CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
+                 const std::string& backend_name, bool allow_degenerate) {
+  CaseResult r = base_result(pc, backend_name);
+  const std::map<std::string, Metrics> whole = measure_whole_outputs(pc, outputs);
+  if (const std::optional<Finding> bad = check_integrity(pc, outputs, whole))
+    return with_verdict(std::move(r), bad->verdict, bad->message);
+  const std::vector<Compared> cs = measure_outputs(pc, outputs, whole, r);
+  locate_in_outputs(cs, r);
+  return decide_verdict(pc, cs, std::move(r), allow_degenerate);
 }
 
 namespace {

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "cases/safe_text.h"
+#include "harness/tolerance.h"
 
 namespace deltacheck::reports {
 namespace fs = std::filesystem;
@@ -161,6 +162,38 @@ Entry make_entry(harness::CaseResult r, int64_t index, const std::string& backen
     e.rerun = rerun_command(r.backend, r.case_id, backend_options);
   e.result = std::move(r);
   return e;
+}
+
+Report assemble_report(const std::vector<harness::CaseResult>& results, const RunRecord& run) {
+  Report rep;
+  rep.tool_version = tool_version();
+  rep.git_revision = git_revision();
+  rep.tolerance = harness::describe_policy();
+  rep.selection = run.selection;
+  for (const auto& r : results)
+    if (std::find(rep.backends.begin(), rep.backends.end(), r.backend) == rep.backends.end())
+      rep.backends.push_back(r.backend);
+  if (rep.backends.empty()) rep.backends = run.backends;
+  rep.fail_on = run.fail_on;
+  rep.machines = {this_machine()};
+  rep.command = this_command_line();
+  rep.shard_index = run.shard_index;
+  rep.shard_count = run.shard_count;
+  rep.started_at = run.started_at;
+  rep.seconds = run.seconds;
+  std::map<std::string, int64_t> index_of = run.index_of;
+  int64_t next_index = std::max<int64_t>(run.selected, 0);
+  for (const auto& r : results) {
+    auto it = index_of.find(r.case_id);
+    if (it == index_of.end()) it = index_of.emplace(r.case_id, next_index++).first;
+    Entry e = make_entry(r, it->second, run.backend_options);
+    if (run.rerunnable && !run.rerunnable->count(r.backend)) e.rerun.clear();
+    if (const auto d = run.dumps.find({r.case_id, r.backend}); d != run.dumps.end())
+      e.dump = d->second;
+    rep.entries.push_back(std::move(e));
+  }
+  rep.selected_cases = next_index;  // the selection and the cases outside it
+  return rep;
 }
 
 std::string tool_version() { return DELTACHECK_REPORTS_VERSION; }

@@ -4,8 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -60,6 +64,29 @@ struct Report {
 // significant digits (all a plot needs; keeps report.json small). A report and its JSON round
 // trip therefore hold the same numbers.
 Entry make_entry(harness::CaseResult r, int64_t index, const std::string& backend_options = "");
+
+// What a report records of a run besides its results. Both front ends fill one: the tool
+// (`deltacheck run`, `golden verify`) and the library's deltacheck::make_report.
+struct RunRecord {
+  nlohmann::ordered_json selection;   // suite, cases, filter, seed (exclude); null when unknown
+  std::vector<std::string> backends;  // as requested: the report's backends when no result ran
+  std::vector<harness::Verdict> fail_on;
+  std::map<std::string, int64_t> index_of;  // case id -> position in the unsharded selection
+  int64_t selected = -1;                    // cases selected before sharding; -1: unknown
+  int shard_index = 0, shard_count = 1;
+  std::string backend_options;  // repeated in rerun commands ("--device cuda")
+  // Backends whose failing results get a rerun command (the tool's own); nullopt: every one.
+  std::optional<std::set<std::string>> rerunnable;
+  std::map<std::pair<std::string, std::string>, std::string> dumps;  // (case, backend) -> file
+  std::string started_at;                                            // UTC, ISO 8601
+  double seconds = 0.0;                                              // wall time
+};
+// The one assembly of a report: provenance of this build and machine, the run record, and one
+// entry per result in the order given. Backends are named as the results name them (in order of
+// appearance; the requested ones when there is no result). A result's case takes its position in
+// the selection; a case outside it takes the next free position, in order of appearance, and
+// counts as selected.
+Report assemble_report(const std::vector<harness::CaseResult>& results, const RunRecord& run);
 
 // The gate: verdicts that fail a run unless --fail-on says otherwise.
 std::vector<harness::Verdict> default_fail_on();

@@ -85,9 +85,18 @@ class FunctionBackend : public Backend {
 // per call, or BackendOptions::serve, one worker for all calls, docs/external.md) and, with the
 // torch component, "torch" and "torch-op".
 using BackendOptions = harness::BackendOptions;
+// What a backend's fp32 matmuls do: kDefault (fp32) or kTF32; "fp32" | "tf32" as names
+// (matmul_precision_from_name throws std::invalid_argument for another).
+using MatmulPrecision = harness::MatmulPrecision;
+using harness::matmul_precision_from_name;
+using harness::matmul_precision_name;
 using BackendInfo = harness::BackendInfo;
 std::vector<BackendInfo> list_backends();
 // Throws std::invalid_argument naming the unknown backend and the known ones.
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options = {});
+// `backend` with every run() in a forked child process (`deltacheck run --isolate`): a crash, an
+// exit or a hang past timeout_s is the verdict error of that case and the run goes on. Name,
+// support and the other properties are the backend's.
+std::unique_ptr<Backend> isolated_backend(std::unique_ptr<Backend> backend, double timeout_s);
 
 }  // namespace deltacheck

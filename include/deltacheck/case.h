@@ -12,6 +12,9 @@
 #include <vector>
 
 #include "cases/case.h"
+#include "cases/id_filter.h"
+#include "cases/safe_text.h"
+#include "cases/selection.h"
 #include "cases/suites.h"
 #include "cases/tensor.h"
 
@@ -27,8 +30,9 @@ using CaseIdError = cases::CaseIdError;
 using Layout = cases::Layout;
 // Element types of tensors: kF32, kBF16, kF16 (inputs and outputs), kF64, kI32, kI64, kU8.
 using DType = cases::DType;
-using cases::dtype_name;  // "fp32", "bf16", ...
-using cases::dtype_size;  // bytes per element
+using cases::dtype_name;    // "fp32", "bf16", ...
+using cases::dtype_size;    // bytes per element
+using cases::shape_string;  // {2, 3} -> "[2, 3]"
 // A named host tensor (dtype, shape, bytes). A backend reads its inputs and writes its outputs
 // through these: data() / as<T>(), shape(), numel(). Outputs come poisoned (NaN) and guarded.
 using Tensor = cases::Tensor;
@@ -44,6 +48,12 @@ Case parse_case(const std::string& id);
 // "gdr(layout=packed[63,0,65],HV=4,dtype=bf16,gate=strong,seed=7)": shorter, and parse_case()
 // reads it back as the same case.
 std::string short_id(const Case& c);
+
+// The operations and their case-id parameters, as `deltacheck list ops` prints them: op, help,
+// params (key, default_value, help, kind, choices; min..max for integers).
+using OpSchema = cases::OpSchema;
+using ParamSpec = cases::ParamSpec;
+const std::vector<OpSchema>& list_ops();
 
 // The suites: smoke (seconds), gate (the CI gate), full (everything).
 std::vector<SuiteInfo> list_suites();
@@ -92,5 +102,18 @@ class Selection {
 // The cases of a selection, in suite order. Throws CaseIdError (unknown suite, bad id) or
 // std::invalid_argument (a regex that does not compile, a bad shard).
 std::vector<Case> select(const Selection& selection);
+// The same with positions: this shard's cases, each one's position among the cases selected
+// before sharding (merged shards are ordered by it), and how many those are. A bad pattern is
+// named `filter_name` / `exclude_name` in the error (the tool says "--filter").
+using SelectedCases = cases::SelectedCases;
+SelectedCases select_with_positions(const Selection& selection,
+                                    const std::string& filter_name = "filter",
+                                    const std::string& exclude_name = "exclude");
+// A compiled pattern over case ids, as filters use it: IdFilter(regex, name).matches(id) (RE2,
+// searched anywhere in the id); throws std::invalid_argument naming `name` for a bad pattern.
+using IdFilter = cases::IdFilter;
+// Text as one printable line for a message: control characters and invalid UTF-8 escaped, cut
+// at max_bytes.
+using cases::printable_line;
 
 }  // namespace deltacheck

@@ -12,13 +12,18 @@
 //   gdr.h      the gated delta rule as raw buffers (GdrProblem) and gdr_backend(name, kernel)
 //   runner.h   run_case / run: a case or a selection against a backend
 //   result.h   verdicts and metrics (CaseResult)
-//   report.h   console lines, the gate, report.json / junit.xml / summary.md / report.html
+//   report.h   console lines, the gate, report.json / junit.xml / summary.md / report.html,
+//              report directories with failure dumps, merging
+//   golden.h   golden fixtures: write, read, judge and drift-check stored cases
+//   bench.h    regressions between two deltacheck_bench runs
 //   version.h  DELTACHECK_VERSION_STRING and version()
 #pragma once
 
 #include "deltacheck/backend.h"
+#include "deltacheck/bench.h"
 #include "deltacheck/case.h"
 #include "deltacheck/gdr.h"
+#include "deltacheck/golden.h"
 #include "deltacheck/report.h"
 #include "deltacheck/result.h"
 #include "deltacheck/runner.h"

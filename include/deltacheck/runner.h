@@ -5,6 +5,7 @@
 // `deltacheck run` does, without the console and the files.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -12,13 +13,37 @@
 #include "deltacheck/backend.h"
 #include "deltacheck/case.h"
 #include "deltacheck/result.h"
+#include "harness/limits.h"
+#include "harness/runner.h"
 
 namespace deltacheck {
+
+// A case ready to run: the case, its inputs, the FP64 expectation, the output specs and the
+// same-precision baselines (what a failure dump stores; prepare_stored() in deltacheck/golden.h
+// makes one of a stored case).
+using PreparedCase = harness::PreparedCase;
+// Called for each result judged fail, leak or error with its prepared case and the outputs the
+// backend wrote (e.g. for write_failure_dump in deltacheck/report.h), on the worker thread that
+// ran the case: concurrently when jobs > 1.
+using FailureCallback = harness::FailureCallback;
 
 struct RunOptions {
   int jobs = 1;        // cases prepared and run concurrently (backends must then be thread-safe)
   bool probes = true;  // the leakage probes (isolation, alone, order, split, repeat)
+  // A case whose estimated memory exceeds this many bytes is skipped (verdict skipped, with the
+  // reason) before anything is allocated; 0: no limit. See memory_refusal.
+  int64_t max_memory_bytes = 0;
+  FailureCallback on_failure;  // null: none
 };
+
+// Memory limits (`--max-memory`): the default, half the machine's RAM; a size from text ("16G",
+// "512M", "1.5GiB", "25%" of RAM, "none" or "0": no limit; throws std::invalid_argument); bytes
+// as text ("1.2 GB"); and why a case would not fit in `limit_bytes` ("" when it fits: the
+// estimate from its shapes, nothing allocated).
+using harness::default_max_memory_bytes;
+using harness::format_bytes;
+using harness::memory_refusal;
+using harness::parse_memory_size;
 
 // Called once per (case, backend) as results come, in case order, from one thread (a reporter
 // thread of run(), not the caller's).
@@ -27,6 +52,9 @@ using ResultCallback = std::function<void(const CaseResult&)>;
 // One case on one backend. Never throws for what the backend does (that is a verdict); a case
 // that cannot be prepared is verdict error.
 CaseResult run_case(const Case& c, Backend& backend, const RunOptions& options = {});
+// One prepared case on one backend (a golden fixture's stored case: prepare_stored); `jobs` and
+// `max_memory_bytes` do not apply.
+CaseResult run_case(const PreparedCase& prepared, Backend& backend, const RunOptions& options = {});
 
 // Every case on every backend, streaming (each case is prepared, run and released before the
 // next); the results in case order, backends in the order given.

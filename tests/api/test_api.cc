@@ -290,6 +290,90 @@ TEST(ApiRun, RunsASelectionInOrderAndReportsIt) {
   EXPECT_FALSE(dc::write_report(rep, "/proc/no/such/dir").ok());
 }
 
+// --- what the tool needs: it stands on these alone (tools/deltacheck) ----------------------
+
+TEST(ApiSelection, PositionsOfAShardAndPatternNamesInErrors) {
+  const dc::Selection sel = dc::Selection("smoke").filter("^gdr\\(");
+  const auto all = dc::select(sel);
+  const dc::SelectedCases shard = dc::select_with_positions(dc::Selection(sel).shard(1, 3));
+  EXPECT_EQ(shard.total, static_cast<int64_t>(all.size()));
+  ASSERT_EQ(shard.cases.size(), shard.indices.size());
+  ASSERT_FALSE(shard.cases.empty());
+  for (size_t k = 0; k < shard.cases.size(); ++k) {
+    EXPECT_EQ(shard.indices[k], static_cast<int64_t>(3 * k + 1));
+    EXPECT_EQ(shard.cases[k], all.at(shard.indices[k]));
+  }
+  try {
+    dc::select_with_positions(dc::Selection("smoke").exclude("gdr("), "--filter", "--exclude");
+    FAIL() << "a bad regex was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--exclude 'gdr('"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(dc::IdFilter("seed=3", "f").matches(kPacked));
+  EXPECT_FALSE(dc::IdFilter("seed=4", "f").matches(kPacked));
+  bool has_gdr = false;
+  for (const dc::OpSchema& op : dc::list_ops()) has_gdr = has_gdr || op.op == "gdr";
+  EXPECT_TRUE(has_gdr);
+  EXPECT_EQ(dc::printable_line("a\nb"), "a\\nb");
+}
+
+TEST(ApiRun, MemoryLimitsSkipAndFailuresReachTheCallbackWithTheOutputs) {
+  const auto cases = dc::select(dc::Selection::case_ids({kPacked}));
+  auto leaky = dc::make_backend("wrong:ignore-cu-seqlens");
+  EXPECT_EQ(dc::parse_memory_size("2K"), 2048);
+  EXPECT_THROW(dc::parse_memory_size("lots"), std::invalid_argument);
+  EXPECT_NE(dc::memory_refusal(cases[0], 1024), "");
+  EXPECT_EQ(dc::memory_refusal(cases[0], 0), "");
+  dc::RunOptions o;
+  o.max_memory_bytes = 1024;
+  EXPECT_EQ(dc::run(cases, {leaky.get()}, o)[0].verdict, Verdict::kSkipped);
+  o.max_memory_bytes = 0;
+  int failures = 0;
+  o.on_failure = [&](const dc::PreparedCase& pc, const dc::TensorMap& outputs,
+                     const dc::CaseResult& r) {
+    ++failures;
+    EXPECT_EQ(pc.c, cases[0]);
+    EXPECT_NE(outputs.find("o"), nullptr);
+    EXPECT_EQ(r.verdict, Verdict::kLeak);
+  };
+  EXPECT_EQ(dc::run(cases, {leaky.get()}, o)[0].verdict, Verdict::kLeak);
+  EXPECT_EQ(failures, 1);
+  // A crash in an isolated backend is the verdict error, and the caller lives on.
+  auto crash = dc::isolated_backend(dc::make_backend("wrong:segfault"), 30.0);
+  EXPECT_EQ(dc::run_case(cases[0], *crash).verdict, Verdict::kError);
+}
+
+TEST(ApiGolden, AStoredCaseRunsAndRegeneratesAsItsId) {
+  const fs::path file =
+      fs::temp_directory_path() / ("dc_api_golden_" + std::to_string(getpid()) + ".h5");
+  dc::FixtureFileInfo info;
+  info.generator_version = dc::kGeneratorVersion;
+  info.tolerance_policy = dc::tolerance_policy_id();
+  dc::FixtureWriter w;
+  ASSERT_TRUE(w.open(file.string(), info).ok());
+  ASSERT_TRUE(w.add(dc::make_fixture_case(dc::parse_case(kPacked))).ok());
+  ASSERT_TRUE(w.commit().ok());
+  dc::FixtureReader reader;
+  ASSERT_TRUE(dc::run_in_child([&] { return dc::FixtureReader().open(file.string()); }, 30).ok());
+  ASSERT_TRUE(reader.open(file.string()).ok());
+  ASSERT_EQ(reader.case_groups().size(), 1u);
+  auto fc = reader.read(0);
+  ASSERT_TRUE(fc.ok()) << fc.status().message();
+  EXPECT_EQ(dc::unescape_case_id(reader.case_groups()[0]), fc.value().c.id());
+  EXPECT_TRUE(dc::check_stored(fc.value()).ok());
+  EXPECT_TRUE(dc::check_drift(fc.value()).ok);
+  auto pc = dc::prepare_stored(fc.take());
+  ASSERT_TRUE(pc.ok());
+  auto cpu = dc::make_backend("cpu");
+  auto leaky = dc::make_backend("wrong:ignore-cu-seqlens");
+  EXPECT_EQ(dc::run_case(pc.value(), *cpu).verdict, Verdict::kPass);
+  EXPECT_EQ(dc::run_case(pc.value(), *leaky).verdict, Verdict::kLeak);
+  fs::remove(file);
+  // A child that crashes or hangs is an error, not the caller's end.
+  EXPECT_TRUE(dc::run_in_child([] { return dc::Status::Ok(); }, 30).ok());
+  EXPECT_FALSE(dc::run_in_child([]() -> dc::Status { std::abort(); }, 30).ok());
+}
+
 // --- the GoogleTest helper -----------------------------------------------------------------
 
 // Must fail: the verdict line is the message. (Globals: EXPECT_FATAL_FAILURE's statement cannot

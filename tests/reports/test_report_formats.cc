@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "cases/suites.h"
+#include "harness/tolerance.h"
 #include "reports/report.h"
 #include "reports/report_text.h"
 #include "tests/reports/report_test_util.h"
@@ -172,6 +173,60 @@ TEST(ReportModel, EntriesKeepRoundedCurvesOnlyForResultsThatAreNotAPass) {
   EXPECT_EQ(e.family, "gdr packed cache=prefill");
   EXPECT_EQ(e.seed, 7);
   EXPECT_NE(e.rerun.find("--backend wrong:ignore-cu-seqlens"), std::string::npos);
+}
+
+// The one assembly both front ends use (the tool's run, the library's make_report).
+TEST(ReportModel, AssemblyPlacesCasesNamesBackendsAndKeepsRerunsOfKnownBackendsOnly) {
+  const std::string a = "gdr(layout=single[5],dtype=bf16,cache=none,seed=8)";
+  const std::string b = "mask(B=1,q=4,cache=static,seed=9)";
+  const std::string outside = "mask(B=2,seed=10)";
+  RunRecord run;
+  run.selection = {{"suite", "smoke"}};
+  run.backends = {"cpu", "mine"};
+  run.fail_on = default_fail_on();
+  run.index_of = {{a, 4}, {b, 1}};
+  run.selected = 6;
+  run.shard_index = 1;
+  run.shard_count = 2;
+  run.backend_options = "--device cuda";
+  run.rerunnable = std::set<std::string>{"cpu"};
+  run.dumps[{a, "cpu"}] = "failures/a.h5";
+  run.started_at = "2025-01-01T00:00:00Z";
+  run.seconds = 2.5;
+  const std::vector<CaseResult> results{simple_result(a, "mine", Verdict::kFail, "x"),
+                                        simple_result(a, "cpu", Verdict::kFail, "x"),
+                                        simple_result(b, "cpu", Verdict::kPass, ""),
+                                        simple_result(outside, "cpu", Verdict::kLeak, "y"),
+                                        simple_result(outside + "x", "cpu", Verdict::kError, "z")};
+  const Report rep = assemble_report(results, run);
+  EXPECT_EQ(rep.backends, (std::vector<std::string>{"mine", "cpu"}));  // as the results name them
+  EXPECT_EQ(rep.tolerance, harness::describe_policy());
+  EXPECT_EQ(rep.selection, run.selection);
+  EXPECT_EQ(rep.shard_index, 1);
+  EXPECT_EQ(rep.shard_count, 2);
+  EXPECT_EQ(rep.started_at, run.started_at);
+  EXPECT_EQ(rep.seconds, 2.5);
+  ASSERT_EQ(rep.entries.size(), 5u);
+  EXPECT_EQ(rep.entries[0].index, 4);
+  EXPECT_EQ(rep.entries[2].index, 1);
+  EXPECT_EQ(rep.entries[3].index, 6);  // outside the selection: the next free positions
+  EXPECT_EQ(rep.entries[4].index, 7);
+  EXPECT_EQ(rep.selected_cases, 8);
+  EXPECT_EQ(rep.entries[0].rerun, "");  // "mine" is not rerunnable by the tool
+  EXPECT_EQ(rep.entries[1].rerun, rerun_command("cpu", a, "--device cuda"));
+  EXPECT_EQ(rep.entries[1].dump, "failures/a.h5");
+  EXPECT_EQ(rep.entries[0].dump, "");
+  EXPECT_EQ(rep.entries[2].rerun, "");  // a pass has none
+
+  // Nothing ran (an empty shard): the requested backends; an unknown selection counts the cases.
+  EXPECT_EQ(assemble_report({}, run).backends, run.backends);
+  RunRecord bare;
+  const Report b2 = assemble_report(results, bare);
+  EXPECT_EQ(b2.entries[0].index, 0);
+  EXPECT_EQ(b2.entries[2].index, 1);
+  EXPECT_EQ(b2.entries[4].index, 3);
+  EXPECT_EQ(b2.selected_cases, 4);
+  EXPECT_NE(b2.entries[0].rerun, "");  // every backend rerunnable unless restricted
 }
 
 TEST(ReportJson, RoundTripsExactlyIncludingNonFiniteNumbers) {

@@ -12,7 +12,7 @@
 namespace deltacheck::harness {
 
 // Adds the backend to the registry; later calls do nothing. The tool calls it at start-up
-// (harness/cli/optional_backends.cc), tests before make_backend("cuda").
+// (tools/deltacheck/optional_backends.cc), tests before make_backend("cuda").
 void register_cuda_backends();
 
 std::unique_ptr<Backend> make_cuda_backend();

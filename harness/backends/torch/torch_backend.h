@@ -11,7 +11,7 @@
 namespace deltacheck::harness {
 
 // Adds both backends to the registry; later calls do nothing. The tool calls it at start-up
-// (harness/cli/optional_backends.cc), tests before make_backend("torch").
+// (tools/deltacheck/optional_backends.cc), tests before make_backend("torch").
 void register_torch_backends();
 
 std::unique_ptr<Backend> make_torch_backend(const BackendOptions& options);

@@ -10,13 +10,7 @@
 #include <map>
 #include <mutex>
 
-#include "harness/cli/commands.h"
-#include "harness/isolation.h"
-#include "harness/tolerance.h"
-#include "reports/console.h"
-#include "reports/failure_dump.h"
-#include "reports/report.h"
-#include "reports/report_dir.h"
+#include "tools/deltacheck/commands.h"
 
 namespace deltacheck::cli {
 
@@ -43,32 +37,27 @@ void add_output_options(CLI::App* app, OutputOptions& o) {
 // What a report needs beyond the results, the progress bar, and the failure dumps written so far
 // (the dump hook runs on worker threads; on_result and finish on the reporting thread).
 struct ResultSink::State {
-  std::vector<harness::Verdict> fail_on;
-  nlohmann::ordered_json selection;
-  std::vector<std::string> backends;
-  std::map<std::string, int64_t> index_of;  // case id -> position in the unsharded selection
-  int64_t selected = -1;
-  int shard_index = 0, shard_count = 1;
-  std::string backend_args;  // backend options repeated in rerun commands
-  std::string started_at;
+  // What the report records besides the results (fail_on, selection, positions, backend options
+  // repeated in rerun commands, start time, failure dumps written so far: under `mu`); its
+  // seconds are filled in by finish().
+  RunRecord run;
   // Progress.
   bool bar = false;
   size_t expected = 0, seen = 0;
-  std::map<harness::Verdict, int> counts;
+  std::map<Verdict, int> counts;
   // The report set (report files and failure dumps) is written into a private staging folder
   // and replaces the previous one as a whole when the run finishes (reports/report_dir.h).
-  reports::ReportDirWriter dir;
+  ReportDirWriter dir;
   // A failing result's dump waits here until the case's last call has returned (on_result):
   // nothing a candidate could read exists while it runs.
   struct PendingDump {
-    harness::PreparedCase pc;
-    cases::TensorMap outputs;
-    harness::CaseResult r;
+    PreparedCase pc;
+    TensorMap outputs;
+    CaseResult r;
   };
   std::mutex mu;
   int dumps_started = 0, dumps_skipped = 0;
   std::map<std::pair<std::string, std::string>, PendingDump> pending;  // (case, backend)
-  std::map<std::pair<std::string, std::string>, std::string> dumps;    // (case, backend) -> file
   std::vector<std::string> dump_errors;
 };
 
@@ -77,10 +66,10 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string backend_option_args(const BackendSelection& b) {
-  const harness::BackendOptions defaults;
+  const BackendOptions defaults;
   std::string s;
   auto add = [&](const std::string& flag, const std::string& value) {
-    s += (s.empty() ? "" : " ") + flag + " " + reports::shell_quote(value);
+    s += (s.empty() ? "" : " ") + flag + " " + shell_quote(value);
   };
   if (b.options.device != defaults.device) add("--device", b.options.device);
   if (!b.options.cmd.empty()) add("--cmd", b.options.cmd);
@@ -90,7 +79,7 @@ std::string backend_option_args(const BackendSelection& b) {
   if (!b.options.library.empty()) add("--library", b.options.library);
   if (!b.options.op.empty()) add("--op", b.options.op);
   if (b.options.matmul_precision != defaults.matmul_precision)
-    add("--matmul-precision", harness::matmul_precision_name(b.options.matmul_precision));
+    add("--matmul-precision", matmul_precision_name(b.options.matmul_precision));
   if (b.options.deterministic) s += (s.empty() ? "" : " ") + std::string("--deterministic");
   if (b.options.batch_invariant) s += (s.empty() ? "" : " ") + std::string("--batch-invariant");
   if (b.isolate) s += (s.empty() ? "" : " ") + std::string("--isolate");
@@ -106,17 +95,17 @@ ResultSink::ResultSink(const OutputOptions& o, std::string title)
       state_(std::make_unique<State>()) {
   // Check what can be checked before anything runs: a bad --fail-on or an unwritable report
   // directory should not cost a whole run.
-  if (Status st = reports::parse_fail_on(split_commas(o.fail_on), state_->fail_on); !st.ok())
+  if (Status st = parse_fail_on(split_commas(o.fail_on), state_->run.fail_on); !st.ok())
     throw UsageError(st.message());
   if (!o.report_dir.empty())
     if (Status st = state_->dir.open(o.report_dir); !st.ok())
       throw UsageError("--report-dir: " + st.message());
-  state_->started_at = reports::utc_now_iso8601();
+  state_->run.started_at = utc_now_iso8601();
   state_->bar =
       o.progress == "bar" || (o.progress == "auto" && isatty(fileno(stderr)) &&
                               std::getenv("TERM") && std::string(std::getenv("TERM")) != "dumb");
   std::printf("deltacheck %s: %s; tolerance %s\n", DELTACHECK_VERSION, title.c_str(),
-              harness::describe_policy().c_str());
+              tolerance_policy().c_str());
   std::fflush(stdout);
 }
 
@@ -126,27 +115,26 @@ ResultSink::~ResultSink() = default;
 void ResultSink::describe_run(const Selection& s, const SelectedCases& sel,
                               const BackendSelection& b) {
   State& st = *state_;
-  st.selection = {
+  st.run.selection = {
       {"suite", s.case_ids.empty() ? nlohmann::ordered_json(s.suite) : nullptr},
       {"cases", s.case_ids},
       {"filter", s.filter},
       {"seed", s.seed >= 0 ? nlohmann::ordered_json(s.seed) : nullptr},
   };
-  if (!s.excludes.empty()) st.selection["exclude"] = s.excludes;
-  st.backends = split_commas(b.names);
+  if (!s.excludes.empty()) st.run.selection["exclude"] = s.excludes;
+  st.run.backends = split_commas(b.names);
   for (size_t i = 0; i < sel.cases.size(); ++i)
-    st.index_of.emplace(sel.cases[i].id(), sel.indices[i]);
-  st.selected = sel.total;
-  st.shard_index = sel.shard_index;
-  st.shard_count = sel.shard_count;
-  st.backend_args = backend_option_args(b);
-  st.expected = sel.cases.size() * st.backends.size();
+    st.run.index_of.emplace(sel.cases[i].id(), sel.indices[i]);
+  st.run.selected = sel.total;
+  st.run.shard_index = sel.shard_index;
+  st.run.shard_count = sel.shard_count;
+  st.run.backend_options = backend_option_args(b);
+  st.expected = sel.cases.size() * st.run.backends.size();
 }
 
-harness::FailureCallback ResultSink::failure_hook() {
+FailureCallback ResultSink::failure_hook() {
   if (options_.report_dir.empty() || options_.max_dumps == 0) return nullptr;
-  return [this](const harness::PreparedCase& pc, const cases::TensorMap& outputs,
-                const harness::CaseResult& r) {
+  return [this](const PreparedCase& pc, const TensorMap& outputs, const CaseResult& r) {
     State& st = *state_;
     {
       std::lock_guard<std::mutex> lock(st.mu);
@@ -162,7 +150,7 @@ harness::FailureCallback ResultSink::failure_hook() {
   };
 }
 
-void ResultSink::write_pending_dump(const harness::CaseResult& r) {
+void ResultSink::write_pending_dump(const CaseResult& r) {
   State& st = *state_;
   std::unique_lock<std::mutex> lock(st.mu);
   const auto it = st.pending.find({r.case_id, r.backend});
@@ -170,33 +158,32 @@ void ResultSink::write_pending_dump(const harness::CaseResult& r) {
   const State::PendingDump d = std::move(it->second);
   st.pending.erase(it);
   lock.unlock();
-  const std::string name = reports::dump_file_name(r.case_id, r.backend);
+  const std::string name = dump_file_name(r.case_id, r.backend);
   std::string path;
   Status s = st.dir.dump_path(name, &path);
   if (s.ok())
-    s = reports::write_failure_dump(path, d.pc, d.outputs, d.r,
-                                    reports::rerun_command(r.backend, r.case_id, st.backend_args));
+    s = write_failure_dump(path, d.pc, d.outputs, d.r,
+                           rerun_command(r.backend, r.case_id, st.run.backend_options));
   lock.lock();
   if (s.ok())
-    st.dumps[{r.case_id, r.backend}] = "failures/" + name;
+    st.run.dumps[{r.case_id, r.backend}] = "failures/" + name;
   else
     st.dump_errors.push_back(s.message());
 }
 
 namespace {
 
-std::string progress_line(size_t seen, size_t expected, const std::map<harness::Verdict, int>& n,
+std::string progress_line(size_t seen, size_t expected, const std::map<Verdict, int>& n,
                           double secs) {
   constexpr int kWidth = 28;
   const double frac = expected > 0 ? std::min(1.0, static_cast<double>(seen) / expected) : 0.0;
   const int full = static_cast<int>(frac * kWidth);
   std::string bar = std::string(full, '#') + std::string(kWidth - full, '.');
   std::string tally;
-  for (harness::Verdict v : {harness::Verdict::kFail, harness::Verdict::kLeak,
-                             harness::Verdict::kError, harness::Verdict::kUnsupported}) {
+  for (Verdict v : {Verdict::kFail, Verdict::kLeak, Verdict::kError, Verdict::kUnsupported}) {
     const auto it = n.find(v);
     if (it != n.end() && it->second > 0)
-      tally += fmt::format("  {} {}", it->second, harness::verdict_name(v));
+      tally += fmt::format("  {} {}", it->second, verdict_name(v));
   }
   return expected > 0 ? fmt::format("[{}] {}/{}{}  {:.1f} s", bar, seen, expected, tally, secs)
                       : fmt::format("{} results{}  {:.1f} s", seen, tally, secs);
@@ -204,26 +191,26 @@ std::string progress_line(size_t seen, size_t expected, const std::map<harness::
 
 }  // namespace
 
-void ResultSink::on_result(const harness::CaseResult& r) {
+void ResultSink::on_result(const CaseResult& r) {
   State& st = *state_;
   // Every call of this case has returned (callers report a case after all its backends ran).
   write_pending_dump(r);
   ++st.seen;
   ++st.counts[r.verdict];
-  const bool pass = r.verdict == harness::Verdict::kPass;
+  const bool pass = r.verdict == Verdict::kPass;
   // On a terminal the bar stands for the passing rows; everything else is printed above it.
   if (st.bar) std::fputs("\r\033[K", stderr);
   if (!(pass && (options_.quiet || st.bar))) {
-    reports::ConsoleOptions c{color_, options_.quiet, st.fail_on};
-    std::string text = reports::format_result_line(r, c);
-    if (harness::is_failure(r.verdict) && !options_.report_dir.empty()) {
+    ConsoleOptions c{color_, options_.quiet, st.run.fail_on};
+    std::string text = deltacheck::format_result(r, c);
+    if (is_failure(r.verdict) && !options_.report_dir.empty()) {
       std::lock_guard<std::mutex> lock(st.mu);
-      const auto it = st.dumps.find({r.case_id, r.backend});
-      if (it != st.dumps.end())
+      const auto it = st.run.dumps.find({r.case_id, r.backend});
+      if (it != st.run.dumps.end())
         text += fmt::format("{:12}dump: {}\n", "",
                             (fs::path(options_.report_dir) / it->second).string());
       text += fmt::format("{:12}rerun: {}\n", "",
-                          reports::rerun_command(r.backend, r.case_id, st.backend_args));
+                          rerun_command(r.backend, r.case_id, st.run.backend_options));
     }
     std::fputs(text.c_str(), stdout);
     std::fflush(stdout);
@@ -236,56 +223,27 @@ void ResultSink::on_result(const harness::CaseResult& r) {
   }
 }
 
-int ResultSink::finish(const std::vector<harness::CaseResult>& results) {
+int ResultSink::finish(const std::vector<CaseResult>& results) {
   State& st = *state_;
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   if (st.bar) std::fputs("\r\033[K", stderr);
-  reports::ConsoleOptions c{color_, options_.quiet, st.fail_on};
-  std::fputs(reports::format_summary(results, secs, c).c_str(), stdout);
-  const harness::CaseResult* first_failure = nullptr;
+  ConsoleOptions c{color_, options_.quiet, st.run.fail_on};
+  std::fputs(deltacheck::format_summary(results, secs, c).c_str(), stdout);
+  const CaseResult* first_failure = nullptr;
   for (const auto& r : results)
-    if (reports::in(st.fail_on, r.verdict)) {
+    if (std::find(st.run.fail_on.begin(), st.run.fail_on.end(), r.verdict) !=
+        st.run.fail_on.end()) {
       first_failure = &r;
       break;
     }
 
   if (!options_.report_dir.empty()) {
-    reports::Report rep;
-    rep.tool_version = reports::tool_version();
-    rep.git_revision = reports::git_revision();
-    rep.tolerance = harness::describe_policy();
-    rep.selection = st.selection;
-    // Backends as the results name them (in the order they ran); the requested names when
-    // nothing ran (an empty shard).
-    for (const auto& r : results)
-      if (std::find(rep.backends.begin(), rep.backends.end(), r.backend) == rep.backends.end())
-        rep.backends.push_back(r.backend);
-    if (rep.backends.empty()) rep.backends = st.backends;
-    rep.fail_on = st.fail_on;
-    rep.machines = {reports::this_machine()};
-    rep.command = reports::this_command_line();
-    rep.shard_index = st.shard_index;
-    rep.shard_count = st.shard_count;
-    rep.started_at = st.started_at;
-    rep.seconds = secs;
-    std::map<std::string, int64_t> first_seen;
-    for (const auto& r : results) {
-      const auto it = st.index_of.find(r.case_id);
-      const int64_t index =
-          it != st.index_of.end()
-              ? it->second
-              : first_seen.emplace(r.case_id, static_cast<int64_t>(first_seen.size()))
-                    .first->second;
-      reports::Entry e = reports::make_entry(r, index, st.backend_args);
-      if (const auto d = st.dumps.find({r.case_id, r.backend}); d != st.dumps.end())
-        e.dump = d->second;
-      rep.entries.push_back(std::move(e));
-    }
-    rep.selected_cases = st.selected >= 0 ? st.selected : static_cast<int64_t>(first_seen.size());
+    st.run.seconds = secs;
+    const Report rep = assemble_report(results, st.run);
     for (const std::string& e : st.dump_errors)
       std::fprintf(stderr, "deltacheck: warning: no failure dump: %s\n", e.c_str());
-    const reports::WrittenReport w = st.dir.commit(rep);
+    const WrittenReport w = st.dir.commit(rep);
     if (!w.status.ok()) throw UsageError(w.status.message());
     uintmax_t bytes = 0;
     for (const auto& f : w.files) bytes += f.bytes;
@@ -293,9 +251,9 @@ int ResultSink::finish(const std::vector<harness::CaseResult>& results) {
                 (fs::path(options_.report_dir) / "report.html").string().c_str(), bytes / 1e3,
                 w.seconds * 1e3);
     // A shard's summary is partial: the job summary comes from `report merge`.
-    if (rep.shard_count <= 1) print_step_summary(reports::append_step_summary(rep));
-    if (!st.dumps.empty())
-      std::printf("failure dumps: %zu in %s\n", st.dumps.size(),
+    if (rep.shard_count <= 1) print_step_summary(append_step_summary(rep));
+    if (!st.run.dumps.empty())
+      std::printf("failure dumps: %zu in %s\n", st.run.dumps.size(),
                   (fs::path(options_.report_dir) / "failures").string().c_str());
     if (st.dumps_skipped > 0)
       std::printf("%d more failures were not dumped (--max-dumps %d)\n", st.dumps_skipped,
@@ -304,14 +262,14 @@ int ResultSink::finish(const std::vector<harness::CaseResult>& results) {
   if (first_failure) {
     std::printf(
         "rerun the first failing case: %s\n",
-        reports::rerun_command(first_failure->backend, first_failure->case_id, st.backend_args)
+        rerun_command(first_failure->backend, first_failure->case_id, st.run.backend_options)
             .c_str());
     return kExitFail;
   }
   return kExitPass;
 }
 
-void print_step_summary(const reports::StepSummary& s) {
+void print_step_summary(const StepSummary& s) {
   if (!s.status.ok())
     std::fprintf(stderr, "deltacheck: warning: %s\n", s.status.message().c_str());
   else if (!s.path.empty())
@@ -343,7 +301,7 @@ void add_backend_options(CLI::App* app, BackendSelection& b) {
          "--matmul-precision",
          [&b](const std::string& v) {
            try {
-             b.options.matmul_precision = harness::matmul_precision_from_name(v);
+             b.options.matmul_precision = matmul_precision_from_name(v);
            } catch (const std::invalid_argument& e) {
              throw CLI::ValidationError("--matmul-precision", e.what());
            }
@@ -360,8 +318,8 @@ void add_backend_options(CLI::App* app, BackendSelection& b) {
                 "leaks below the tolerance; otherwise they compare with the tolerance)");
 }
 
-std::vector<std::unique_ptr<harness::Backend>> make_backends(const BackendSelection& b) {
-  std::vector<std::unique_ptr<harness::Backend>> out;
+std::vector<std::unique_ptr<Backend>> make_backends(const BackendSelection& b) {
+  std::vector<std::unique_ptr<Backend>> out;
   const std::vector<std::string> names = split_commas(b.names);
   for (size_t i = 0; i < names.size(); ++i)  // results are keyed by (case, backend)
     if (std::find(names.begin(), names.begin() + i, names[i]) != names.begin() + i)
@@ -384,12 +342,12 @@ std::vector<std::unique_ptr<harness::Backend>> make_backends(const BackendSelect
     if ((name == "external" || b.isolate) && !(b.options.timeout_s > 0))
       throw UsageError("--timeout must be a positive number of seconds");
     try {
-      out.push_back(harness::make_backend(name, b.options));
+      out.push_back(deltacheck::make_backend(name, b.options));
     } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());
     }
     if (b.isolate && name != "external")  // a program is a separate process already
-      out.back() = harness::make_isolated_backend(std::move(out.back()), {b.options.timeout_s});
+      out.back() = isolated_backend(std::move(out.back()), b.options.timeout_s);
   }
   if (out.empty()) throw UsageError("no backend given (--backend cpu)");
   return out;

@@ -4,8 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "cases/safe_text.h"
-#include "harness/cli/commands.h"
+#include "tools/deltacheck/commands.h"
 
 int main(int argc, char** argv) {
   using namespace deltacheck::cli;
@@ -41,7 +40,7 @@ exit codes: 0 all pass, 1 a case failed (fail, leak, error; see --fail-on), 2 us
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "deltacheck: error: %s (see deltacheck --help)\n",
-                 deltacheck::cases::printable_line(e.what()).c_str());
+                 deltacheck::printable_line(e.what()).c_str());
     return kExitUsage;
   }
   try {
@@ -49,8 +48,7 @@ exit codes: 0 all pass, 1 a case failed (fail, leak, error; see --fail-on), 2 us
       if (c.app->parsed()) return c.run();
   } catch (const std::exception& e) {
     // One line, whatever the message quotes (a --filter with a newline, a file's bytes).
-    std::fprintf(stderr, "deltacheck: error: %s\n",
-                 deltacheck::cases::printable_line(e.what()).c_str());
+    std::fprintf(stderr, "deltacheck: error: %s\n", deltacheck::printable_line(e.what()).c_str());
     return kExitUsage;
   }
   return kExitUsage;

@@ -3,8 +3,7 @@
 
 #include <memory>
 
-#include "harness/cli/commands.h"
-#include "harness/runner.h"
+#include "tools/deltacheck/commands.h"
 
 namespace deltacheck::cli {
 namespace {
@@ -19,7 +18,7 @@ struct RunArgs {
 
 int run(const RunArgs& a) {
   const SelectedCases sel = select_sharded(a.sel);
-  const std::vector<cases::Case>& cs = sel.cases;
+  const std::vector<Case>& cs = sel.cases;
   // An empty shard (more shards than cases) is a valid, empty run; an empty selection is not.
   if (sel.total == 0) throw UsageError("no case selected (check --suite, --case and --filter)");
   if (a.jobs < 1 || a.jobs > 1024) throw UsageError("--jobs must be in [1, 1024]");
@@ -27,9 +26,9 @@ int run(const RunArgs& a) {
   // is skipped by the runner with the reason.
   const int64_t max_memory = max_memory_bytes(a.backends.max_memory);
   if (!a.sel.case_ids.empty())
-    for (const cases::Case& c : cs) refuse_if_too_big(c, max_memory);
+    for (const Case& c : cs) refuse_if_too_big(c, max_memory);
   const auto owned = make_backends(a.backends);
-  std::vector<harness::Backend*> backends;
+  std::vector<Backend*> backends;
   for (const auto& b : owned) backends.push_back(b.get());
   ResultSink sink(
       a.output,
@@ -38,13 +37,13 @@ int run(const RunArgs& a) {
                                                     sel.shard_count, sel.total)
                                       : ""));
   sink.describe_run(a.sel, sel, a.backends);
-  harness::RunOptions ropt;
+  RunOptions ropt;
   ropt.on_failure = sink.failure_hook();
   ropt.jobs = a.jobs;
   ropt.probes = !a.no_probes;
   ropt.max_memory_bytes = max_memory;
   const auto results =
-      harness::run_all(cs, backends, ropt, [&](const auto& r) { sink.on_result(r); });
+      deltacheck::run(cs, backends, ropt, [&](const auto& r) { sink.on_result(r); });
   return sink.finish(results);
 }
 

@@ -11,12 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "cases/case.h"
-#include "cases/id_filter.h"
-#include "harness/backend.h"
-#include "harness/result.h"
-#include "harness/runner.h"
-#include "reports/report.h"
+#include "deltacheck/backend.h"
+#include "deltacheck/case.h"
+#include "deltacheck/report.h"
+#include "deltacheck/result.h"
+#include "deltacheck/runner.h"
 
 namespace deltacheck::cli {
 
@@ -42,17 +41,17 @@ struct Selection {
 };
 void add_selection_options(CLI::App* app, Selection& s);
 // The selected cases (cases/selection.h); throws UsageError on unknown suites, bad ids, regexes.
-std::vector<cases::Case> select_cases(const Selection& s);
+std::vector<Case> select_cases(const Selection& s);
 // The selection with its sharding: case i of the full selection belongs to shard i % N.
 struct SelectedCases {
-  std::vector<cases::Case> cases;  // this shard's cases
-  std::vector<int64_t> indices;    // each one's position in the unsharded selection
-  int64_t total = 0;               // cases selected before sharding
+  std::vector<Case> cases;       // this shard's cases
+  std::vector<int64_t> indices;  // each one's position in the unsharded selection
+  int64_t total = 0;             // cases selected before sharding
   int shard_index = 0, shard_count = 1;
 };
 SelectedCases select_sharded(const Selection& s);
 // --filter compiled (RE2); throws UsageError on a bad pattern.
-cases::IdFilter make_id_filter(const std::string& filter);
+IdFilter make_id_filter(const std::string& filter);
 // "a,b" "c" -> {a, b, c}
 std::vector<std::string> split_commas(const std::vector<std::string>& items);
 
@@ -68,7 +67,7 @@ struct OutputOptions {
 void add_output_options(CLI::App* app, OutputOptions& o);
 // "job summary: appended to PATH", or a warning on stderr when it could not be; nothing when
 // $GITHUB_STEP_SUMMARY is unset.
-void print_step_summary(const reports::StepSummary& s);
+void print_step_summary(const StepSummary& s);
 
 struct BackendSelection;
 
@@ -80,15 +79,15 @@ class ResultSink {
   ~ResultSink();
   // What the run is (for the report, the rerun commands and the progress bar); optional.
   void describe_run(const Selection& s, const SelectedCases& sel, const BackendSelection& b);
-  // For harness::RunOptions::on_failure: keeps failing results for their failure dumps (null
+  // For RunOptions::on_failure: keeps failing results for their failure dumps (null
   // without --report-dir), which on_result() writes: report a case only after all its backends
   // ran, so that no dump exists while a candidate runs the same case.
-  harness::FailureCallback failure_hook();
-  void on_result(const harness::CaseResult& r);
-  int finish(const std::vector<harness::CaseResult>& results);
+  FailureCallback failure_hook();
+  void on_result(const CaseResult& r);
+  int finish(const std::vector<CaseResult>& results);
 
  private:
-  void write_pending_dump(const harness::CaseResult& r);
+  void write_pending_dump(const CaseResult& r);
   struct State;
   OutputOptions options_;
   bool color_;
@@ -99,19 +98,19 @@ class ResultSink {
 // --backend names plus the options some backends take (--device, --cmd, ...).
 struct BackendSelection {
   std::vector<std::string> names{"cpu"};
-  harness::BackendOptions options;
+  BackendOptions options;
   bool isolate = false;    // --isolate: each backend call in a child process (--timeout)
   std::string max_memory;  // --max-memory; empty: the default (limits.cc)
 };
 void add_backend_options(CLI::App* app, BackendSelection& b);
-std::vector<std::unique_ptr<harness::Backend>> make_backends(const BackendSelection& b);
+std::vector<std::unique_ptr<Backend>> make_backends(const BackendSelection& b);
 
 // Resource limits (limits.cc): --max-memory SIZE on the commands that allocate cases, in bytes
 // (default: half the RAM); throws UsageError on a bad size. A case over the limit given
 // explicitly (--case, a fixture) is a usage error: "case '<id>': needs about ..., over ...".
 void add_max_memory_option(CLI::App* app, std::string& max_memory);
 int64_t max_memory_bytes(const std::string& max_memory);
-void refuse_if_too_big(const cases::Case& c, int64_t max_memory_bytes);
+void refuse_if_too_big(const Case& c, int64_t max_memory_bytes);
 
 Command add_run_command(CLI::App& app);
 Command add_list_command(CLI::App& app);

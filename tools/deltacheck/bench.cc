@@ -1,12 +1,13 @@
 // deltacheck bench compare: regressions between two runs of deltacheck_bench (Google Benchmark
 // JSON). Exit code 1 when a figure is slower than the threshold allows or errored in a run.
+#include "deltacheck/bench.h"
+
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <sstream>
 
-#include "harness/bench_compare.h"
-#include "harness/cli/commands.h"
+#include "tools/deltacheck/commands.h"
 
 namespace deltacheck::cli {
 namespace {
@@ -17,28 +18,28 @@ struct CompareArgs {
   bool vs_ceiling = false;
 };
 
-harness::BenchRun load(const std::string& path) {
+BenchRun load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError("cannot read " + path);
   std::stringstream text;
   text << in.rdbuf();
-  harness::BenchRun run;
-  if (Status st = harness::parse_bench_json(text.str(), &run); !st.ok())
+  BenchRun run;
+  if (Status st = parse_bench_json(text.str(), &run); !st.ok())
     throw UsageError(path + ": " + st.message());
   return run;
 }
 
 int compare(const CompareArgs& a) {
   if (!(a.threshold >= 0)) throw UsageError("--threshold must be >= 0");
-  const harness::BenchRun old_run = load(a.old_path), new_run = load(a.new_path);
-  const harness::BenchComparison c = harness::compare_bench(
-      old_run, new_run, a.threshold,
-      a.vs_ceiling ? harness::BenchMetric::kCeilingFraction : harness::BenchMetric::kTime);
+  const BenchRun old_run = load(a.old_path), new_run = load(a.new_path);
+  const BenchComparison c =
+      compare_bench(old_run, new_run, a.threshold,
+                    a.vs_ceiling ? BenchMetric::kCeilingFraction : BenchMetric::kTime);
   std::printf("old: %s (%s, %s)\nnew: %s (%s, %s)\ncompared by %s\n", a.old_path.c_str(),
               old_run.host.c_str(), old_run.date.c_str(), a.new_path.c_str(), new_run.host.c_str(),
               new_run.date.c_str(),
               a.vs_ceiling ? "fraction of the ceiling measured in the same run" : "real time");
-  std::fputs(harness::format_bench_comparison(c, a.threshold).c_str(), stdout);
+  std::fputs(format_bench_comparison(c, a.threshold).c_str(), stdout);
   return c.regressions > 0 || !c.errors.empty() ? kExitFail : kExitPass;
 }
 

@@ -1,8 +1,6 @@
 // deltacheck report merge: combines the report directories of CI shards (or of runs on different
 // backends) into one, in every format, as if it had been one run; the exit code is the merged
 // run's gate. One input re-renders a report directory from its report.json.
-#include "reports/report.h"
-
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -10,9 +8,7 @@
 #include <memory>
 #include <optional>
 
-#include "harness/cli/commands.h"
-#include "reports/console.h"
-#include "reports/report_dir.h"
+#include "tools/deltacheck/commands.h"
 
 namespace deltacheck::cli {
 namespace {
@@ -35,9 +31,9 @@ fs::path folder_of(const std::string& in) {
 // The file a report's entry names as its dump, when it is a failure dump inside that report's
 // own folder: "failures/<dump name>", resolving (links followed) to a regular file below the
 // report's folder. Anything else in a report.json is refused: a merge copies only dumps.
-std::optional<fs::path> dump_source(const std::string& in, const reports::Entry& e) {
+std::optional<fs::path> dump_source(const std::string& in, const ReportEntry& e) {
   std::string path;
-  if (Status st = reports::find_dump(folder_of(in).string(), e.dump, &path); !st.ok())
+  if (Status st = find_dump(folder_of(in).string(), e.dump, &path); !st.ok())
     throw UsageError(fmt::format("{}: the result of {} on {} {}", in, e.result.case_id,
                                  e.result.backend, st.message()));
   if (path.empty()) return std::nullopt;
@@ -47,10 +43,10 @@ std::optional<fs::path> dump_source(const std::string& in, const reports::Entry&
 // Where each entry's dump comes from (the first input that has it), checked before anything is
 // written; an entry whose dump is not found loses its link.
 std::vector<std::optional<fs::path>> find_dumps(const std::vector<std::string>& inputs,
-                                                reports::Report& merged) {
+                                                Report& merged) {
   std::vector<std::optional<fs::path>> sources(merged.entries.size());
   for (size_t i = 0; i < merged.entries.size(); ++i) {
-    reports::Entry& e = merged.entries[i];
+    ReportEntry& e = merged.entries[i];
     if (e.dump.empty()) continue;
     for (const std::string& in : inputs)
       if ((sources[i] = dump_source(in, e))) break;
@@ -61,7 +57,7 @@ std::vector<std::optional<fs::path>> find_dumps(const std::vector<std::string>& 
 
 // Copies the dumps into the merged report's (new) failures/ folder; names are unique per case
 // and backend, so shards never collide.
-int copy_dumps(const std::vector<std::optional<fs::path>>& sources, reports::ReportDirWriter& out) {
+int copy_dumps(const std::vector<std::optional<fs::path>>& sources, ReportDirWriter& out) {
   int copied = 0;
   for (const std::optional<fs::path>& src : sources) {
     if (!src) continue;
@@ -78,22 +74,22 @@ int copy_dumps(const std::vector<std::optional<fs::path>>& sources, reports::Rep
 
 int merge(const MergeArgs& a) {
   if (a.out.empty()) throw UsageError("report merge: -o OUT is required");
-  std::vector<reports::Report> loaded;
+  std::vector<Report> loaded;
   for (const std::string& in : a.inputs) {
-    reports::LoadedReport lr = reports::read_report(in);
+    LoadedReport lr = read_report(in);
     if (!lr.status.ok()) throw UsageError(lr.status.message());
     loaded.push_back(std::move(lr.report));
   }
-  reports::MergedReport m = reports::merge_reports(loaded, a.inputs);
+  MergedReport m = merge_reports(loaded, a.inputs);
   if (!m.status.ok()) throw UsageError(m.status.message());
-  reports::Report& r = m.report;
+  Report& r = m.report;
   if (!a.fail_on.empty()) {
-    if (Status st = reports::parse_fail_on(split_commas(a.fail_on), r.fail_on); !st.ok())
+    if (Status st = parse_fail_on(split_commas(a.fail_on), r.fail_on); !st.ok())
       throw UsageError(st.message());
   } else if (r.fail_on.empty()) {
     throw UsageError("the reports were gated on different verdicts; choose with --fail-on");
   }
-  r.command = reports::this_command_line();
+  r.command = this_command_line();
   if (loaded.size() == 1) {  // a re-render keeps the run's own provenance
     r.command = loaded.front().command;
     r.shard_index = loaded.front().shard_index;
@@ -102,20 +98,19 @@ int merge(const MergeArgs& a) {
   }
   // The merged report set is written into a staging folder of -o and swapped in as a whole.
   const std::vector<std::optional<fs::path>> sources = find_dumps(a.inputs, r);
-  reports::ReportDirWriter out;
+  ReportDirWriter out;
   if (Status st = out.open(a.out); !st.ok()) throw UsageError("-o: " + st.message());
   const int dumps = copy_dumps(sources, out);
-  const reports::WrittenReport w = out.commit(r);
+  const WrittenReport w = out.commit(r);
   if (!w.status.ok()) throw UsageError(w.status.message());
 
-  std::vector<harness::CaseResult> results;
-  for (const reports::Entry& e : r.entries) {
-    if (!a.quiet || e.result.verdict != harness::Verdict::kPass)
-      std::fputs(reports::format_result_line(e.result, {false, a.quiet, r.fail_on}).c_str(),
-                 stdout);
+  std::vector<CaseResult> results;
+  for (const ReportEntry& e : r.entries) {
+    if (!a.quiet || e.result.verdict != Verdict::kPass)
+      std::fputs(deltacheck::format_result(e.result, {false, a.quiet, r.fail_on}).c_str(), stdout);
     results.push_back(e.result);
   }
-  std::fputs(reports::format_summary(results, r.seconds, {false, a.quiet, r.fail_on}).c_str(),
+  std::fputs(deltacheck::format_summary(results, r.seconds, {false, a.quiet, r.fail_on}).c_str(),
              stdout);
   uintmax_t bytes = 0;
   for (const auto& f : w.files) bytes += f.bytes;
@@ -124,8 +119,8 @@ int merge(const MergeArgs& a) {
   if (dumps > 0)
     std::printf("failure dumps: %d in %s\n", dumps,
                 (fs::path(a.out) / "failures").string().c_str());
-  if (r.shard_count <= 1) print_step_summary(reports::append_step_summary(r));
-  return reports::fails_gate(r) ? kExitFail : kExitPass;
+  if (r.shard_count <= 1) print_step_summary(append_step_summary(r));
+  return fails_gate(r) ? kExitFail : kExitPass;
 }
 
 }  // namespace

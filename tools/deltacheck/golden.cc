@@ -5,6 +5,8 @@
 //   1e-12 inspect   cases, datasets, shapes, dtypes and checksums
 // A file that is not a valid fixture (truncated, corrupted, checksum mismatch, unknown version,
 // unparsable case id, missing dataset) is rejected before anything runs: one line, exit code 2.
+#include "deltacheck/golden.h"
+
 #include <fmt/format.h>
 #include <sys/stat.h>
 
@@ -13,20 +15,10 @@
 #include <fstream>
 #include <memory>
 
-#include "cases/generator_version.h"
-#include "golden/fixtures.h"
-#include "harness/cli/commands.h"
-#include "harness/isolation.h"
-#include "harness/limits.h"
-#include "harness/operation.h"
-#include "harness/runner.h"
-#include "harness/tolerance.h"
+#include "tools/deltacheck/commands.h"
 
 namespace deltacheck::cli {
 namespace {
-
-using golden::FixtureCase;
-using golden::FixtureReader;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -49,7 +41,7 @@ double file_size(const std::string& path) {
 
 struct Selected {
   std::vector<size_t> index;  // positions in the file
-  std::vector<cases::Case> cases;
+  std::vector<Case> cases;
 };
 
 // Opens a fixture and reads every case once, so that a bad file is rejected before any output;
@@ -58,18 +50,18 @@ Selected validate_in_process(FixtureReader& reader, const std::string& file,
                              const std::string& filter, bool need_expected, int64_t max_memory) {
   reader.set_max_bytes(max_memory);
   if (Status st = reader.open(file); !st.ok()) bad_file(file, st.message());
-  const cases::IdFilter re = make_id_filter(filter);
+  const IdFilter re = make_id_filter(filter);
   Selected selected;
   for (size_t i = 0; i < reader.case_groups().size(); ++i) {
     StatusOr<FixtureCase> fc = reader.read(i);
     if (!fc.ok()) bad_file(file, fc.status().message());
     if (need_expected) {
-      if (Status st = golden::check_stored(fc.value()); !st.ok()) bad_file(file, st.message());
+      if (Status st = check_stored(fc.value()); !st.ok()) bad_file(file, st.message());
     }
     if (filter.empty() || re.matches(fc.value().c.id())) {
       // Running it needs more than reading it (outputs, baseline, probes): refused up front.
       if (need_expected) {
-        if (std::string why = harness::memory_refusal(fc.value().c, max_memory); !why.empty())
+        if (std::string why = memory_refusal(fc.value().c, max_memory); !why.empty())
           bad_file(file, "case '" + fc.value().c.id() + "': " + why);
       }
       selected.index.push_back(i);
@@ -85,18 +77,17 @@ Selected validate_in_process(FixtureReader& reader, const std::string& file,
 // that must be an input error, not a hung or crashed gate.
 Selected open_and_validate(FixtureReader& reader, const std::string& file,
                            const std::string& filter, bool need_expected, double timeout_s,
-                           int64_t max_memory = harness::default_max_memory_bytes()) {
+                           int64_t max_memory = default_max_memory_bytes()) {
   if (!(timeout_s > 0)) throw UsageError("--timeout must be a positive number of seconds");
-  cases::TensorMap nothing;
   Status st;
   try {
-    st = harness::run_isolated(
-        [&](cases::TensorMap&) {
+    st = run_in_child(
+        [&] {
           FixtureReader first;
           validate_in_process(first, file, filter, need_expected, max_memory);
           return Status::Ok();
         },
-        nothing, {timeout_s});
+        timeout_s);
   } catch (const std::runtime_error& e) {  // the child's UsageError: the file's problem
     throw UsageError(e.what());
   }
@@ -139,29 +130,22 @@ int generate(GenerateArgs a) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!a.cases_from.empty())
     for (std::string& id : read_case_list(a.cases_from)) a.sel.case_ids.push_back(std::move(id));
-  const std::vector<cases::Case> cs = select_cases(a.sel);
+  const std::vector<Case> cs = select_cases(a.sel);
   if (cs.empty()) throw UsageError("no case selected (check --suite, --case and --filter)");
   const int64_t max_memory = max_memory_bytes(a.max_memory);
-  for (const cases::Case& c : cs) {
-    try {
-      harness::operation_for(c);
-    } catch (const std::exception& e) {
-      throw UsageError(e.what());
-    }
-    refuse_if_too_big(c, max_memory);
-  }
-  golden::FileInfo info;
-  info.generator_version = cases::kGeneratorVersion;
-  info.tolerance_policy = harness::TolerancePolicy::kId;
+  for (const Case& c : cs) refuse_if_too_big(c, max_memory);
+  FixtureFileInfo info;
+  info.generator_version = kGeneratorVersion;
+  info.tolerance_policy = tolerance_policy_id();
   info.producer = std::string("deltacheck ") + DELTACHECK_VERSION;
   // The writer removes its temporary file on every early exit: the destination is either the
   // complete new file or untouched.
-  golden::FixtureWriter writer;
+  FixtureWriter writer;
   if (Status st = writer.open(a.output, info); !st.ok()) bad_file(a.output, st.message());
-  for (const cases::Case& c : cs) {
+  for (const Case& c : cs) {
     FixtureCase fc = [&] {
       try {
-        return golden::make_fixture_case(c);
+        return make_fixture_case(c);
       } catch (const std::exception& e) {
         throw UsageError("case '" + c.id() + "': " + e.what());
       }
@@ -191,7 +175,7 @@ int verify(const VerifyArgs& a) {
                         max_memory_bytes(a.backends.max_memory));
   if (selected.index.empty()) throw UsageError("no case of " + a.file + " matches --filter");
   const auto owned = make_backends(a.backends);
-  std::vector<harness::Backend*> backends;
+  std::vector<Backend*> backends;
   for (const auto& b : owned) backends.push_back(b.get());
   ResultSink sink(a.output, fmt::format("{}: {} cases x {} backends", a.file, selected.index.size(),
                                         backends.size()));
@@ -206,15 +190,16 @@ int verify(const VerifyArgs& a) {
   }
   sel.total = static_cast<int64_t>(sel.cases.size());
   sink.describe_run(as_selection, sel, a.backends);
-  const harness::FailureCallback on_failure = sink.failure_hook();
-  std::vector<harness::CaseResult> results;
+  RunOptions options;
+  options.probes = !a.no_probes;
+  options.on_failure = sink.failure_hook();
+  std::vector<CaseResult> results;
   for (size_t i : selected.index) {
-    StatusOr<harness::PreparedCase> pc = golden::prepare_stored(read_validated(reader, a.file, i));
+    StatusOr<PreparedCase> pc = prepare_stored(read_validated(reader, a.file, i));
     if (!pc.ok()) bad_file(a.file, pc.status().message());
     // Reported once every backend has run the case: its failure dumps are written then.
     const size_t first = results.size();
-    for (harness::Backend* b : backends)
-      results.push_back(harness::run_case(pc.value(), *b, !a.no_probes, on_failure));
+    for (Backend* b : backends) results.push_back(deltacheck::run_case(pc.value(), *b, options));
     for (size_t k = first; k < results.size(); ++k) sink.on_result(results[k]);
   }
   return sink.finish(results);
@@ -240,9 +225,9 @@ int check(const CheckArgs& a) {
   double worst = 0.0;
   for (size_t i : selected.index) {
     const FixtureCase fc = read_validated(reader, a.file, i);
-    golden::DriftReport r;
+    DriftReport r;
     try {
-      r = golden::check_drift(fc);
+      r = check_drift(fc);
     } catch (const std::exception& e) {
       r.ok = false;
       r.problem = std::string("cannot regenerate: ") + e.what();
@@ -257,7 +242,7 @@ int check(const CheckArgs& a) {
       "\ndeltacheck golden check: %zu cases of %s regenerated: %d drifted; inputs %s, largest "
       "expected deviation %.1e (limit %.0e) in %.1f s — %s\n",
       selected.index.size(), a.file.c_str(), drifted,
-      drifted ? "or expectations differ" : "bit-identical", worst, golden::kDriftTolerance,
+      drifted ? "or expectations differ" : "bit-identical", worst, kDriftTolerance,
       seconds_since(t0), drifted ? "FAILED" : "OK");
   return drifted ? kExitFail : kExitPass;
 }
@@ -273,25 +258,25 @@ struct InspectArgs {
 int inspect(const InspectArgs& a) {
   FixtureReader reader;
   open_and_validate(reader, a.file, "", false, a.timeout_s);
-  const golden::FileInfo& info = reader.info();
+  const FixtureFileInfo& info = reader.info();
   std::string want;
   if (!a.case_id.empty()) {
     try {
-      want = cases::Case::parse(a.case_id).id();
+      want = parse_case(a.case_id).id();
     } catch (const std::exception& e) {
       throw UsageError(e.what());
     }
   }
   if (want.empty())
     std::printf("%s: %s format %lld, generator version %lld, tolerance %s, %zu cases, %s%s\n",
-                a.file.c_str(), golden::kFormatName, static_cast<long long>(info.format_version),
+                a.file.c_str(), kFixtureFormatName, static_cast<long long>(info.format_version),
                 static_cast<long long>(info.generator_version), info.tolerance_policy.c_str(),
                 reader.case_groups().size(), size_string(file_size(a.file)).c_str(),
                 info.producer.empty() ? "" : (", made by " + info.producer).c_str());
   bool found = false;
   for (size_t i = 0; i < reader.case_groups().size(); ++i) {
     const FixtureCase fc = read_validated(reader, a.file, i);
-    const std::string stored_id = golden::unescape_case_id(reader.case_groups()[i]);
+    const std::string stored_id = unescape_case_id(reader.case_groups()[i]);
     if (!want.empty() && fc.c.id() != want && stored_id != a.case_id) continue;
     found = true;
     std::printf("%s\n", stored_id.c_str());
@@ -299,13 +284,13 @@ int inspect(const InspectArgs& a) {
       std::printf("  group %s, seed %llu, generator version %lld, tolerance %s\n",
                   reader.case_groups()[i].c_str(), static_cast<unsigned long long>(fc.c.seed()),
                   static_cast<long long>(fc.generator_version), fc.tolerance_policy.c_str());
-    for (const golden::DatasetInfo& d : fc.datasets) {
+    for (const FixtureDataset& d : fc.datasets) {
       std::string out_dtype;
       for (const auto& o : fc.outputs)
         if (d.role == "expected" && o.name == d.name)
-          out_dtype = std::string(" (output ") + cases::dtype_name(o.dtype) + ")";
+          out_dtype = std::string(" (output ") + dtype_name(o.dtype) + ")";
       std::printf("  %-8s/%-17s %-5s %-18s sha256 %s%s\n", d.role.c_str(), d.name.c_str(),
-                  d.dtype.c_str(), cases::shape_string(d.shape).c_str(),
+                  d.dtype.c_str(), shape_string(d.shape).c_str(),
                   want.empty() ? d.sha256.substr(0, 16).c_str() : d.sha256.c_str(),
                   out_dtype.c_str());
     }

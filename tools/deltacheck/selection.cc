@@ -1,14 +1,10 @@
 // Case selection shared by the subcommands, and sharding over CI runners (--shard I/N, or
 // GoogleTest's GTEST_SHARD_INDEX / GTEST_TOTAL_SHARDS).
-#include "cases/selection.h"
-
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
 
-#include "cases/id_filter.h"
-#include "cases/suites.h"
-#include "harness/cli/commands.h"
+#include "tools/deltacheck/commands.h"
 
 namespace deltacheck::cli {
 
@@ -26,9 +22,9 @@ std::vector<std::string> split_commas(const std::vector<std::string>& items) {
   return out;
 }
 
-cases::IdFilter make_id_filter(const std::string& filter) {
+IdFilter make_id_filter(const std::string& filter) {
   try {
-    return cases::IdFilter(filter, "--filter");
+    return IdFilter(filter, "--filter");
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
@@ -83,22 +79,16 @@ SelectedCases select_sharded(const Selection& s) {
     // Tell the runner that sharding is supported, as GoogleTest does.
     if (const char* status = std::getenv("GTEST_SHARD_STATUS_FILE")) std::ofstream touch(status);
   }
-  cases::SelectionSpec spec;
-  spec.suite = s.suite;
-  spec.ids = s.case_ids;
-  spec.filters = {s.filter};
-  spec.excludes = s.excludes;
-  spec.seed = s.seed;
-  spec.shard_index = out.shard_index;
-  spec.shard_count = out.shard_count;
-  spec.filter_name = "--filter";
-  spec.exclude_name = "--exclude";
+  deltacheck::Selection spec = s.case_ids.empty() ? deltacheck::Selection(s.suite)
+                                                  : deltacheck::Selection::case_ids(s.case_ids);
+  spec.filter(s.filter).seed(s.seed).shard(out.shard_index, out.shard_count);
+  for (const std::string& e : s.excludes) spec.exclude(e);
   try {
-    cases::SelectedCases sel = cases::select(spec);
+    deltacheck::SelectedCases sel = select_with_positions(spec, "--filter", "--exclude");
     out.cases = std::move(sel.cases);
     out.indices = std::move(sel.indices);
     out.total = sel.total;
-  } catch (const cases::CaseIdError& e) {
+  } catch (const CaseIdError& e) {
     throw UsageError(e.what());
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
@@ -106,6 +96,6 @@ SelectedCases select_sharded(const Selection& s) {
   return out;
 }
 
-std::vector<cases::Case> select_cases(const Selection& s) { return select_sharded(s).cases; }
+std::vector<Case> select_cases(const Selection& s) { return select_sharded(s).cases; }
 
 }  // namespace deltacheck::cli

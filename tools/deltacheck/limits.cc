@@ -1,9 +1,7 @@
-// Resource limits on the command line: --max-memory (harness/limits.h).
-#include "harness/limits.h"
-
+// Resource limits on the command line: --max-memory (memory limits in deltacheck/runner.h).
 #include <fmt/format.h>
 
-#include "harness/cli/commands.h"
+#include "tools/deltacheck/commands.h"
 
 namespace deltacheck::cli {
 
@@ -13,24 +11,23 @@ void add_max_memory_option(CLI::App* app, std::string& max_memory) {
                               "before allocating (16G, 512M, 25%, none; default: half the RAM, "
                               "{}): a suite's case is skipped with the reason, a --case or a "
                               "fixture is an error (exit 2)",
-                              harness::format_bytes(
-                                  static_cast<double>(harness::default_max_memory_bytes()))))
+                              format_bytes(static_cast<double>(default_max_memory_bytes()))))
       ->type_name("SIZE");
 }
 
 int64_t max_memory_bytes(const std::string& max_memory) {
-  if (max_memory.empty()) return harness::default_max_memory_bytes();
+  if (max_memory.empty()) return default_max_memory_bytes();
   try {
-    return harness::parse_memory_size(max_memory);
+    return parse_memory_size(max_memory);
   } catch (const std::invalid_argument& e) {
     throw UsageError(std::string("--max-memory: ") + e.what());
   }
 }
 
-void refuse_if_too_big(const cases::Case& c, int64_t max_memory_bytes) {
+void refuse_if_too_big(const Case& c, int64_t max_memory_bytes) {
   std::string why;
   try {
-    why = harness::memory_refusal(c, max_memory_bytes);
+    why = memory_refusal(c, max_memory_bytes);
   } catch (const std::exception& e) {
     throw UsageError("case '" + c.id() + "': " + e.what());
   }
