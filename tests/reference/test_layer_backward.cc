@@ -544,6 +544,63 @@ TEST(LinearAttentionLayerBackward, NoLiveTokensHandsStatesBack) {
   for (double x : r.dA_log) EXPECT_EQ(x, 0.0);
 }
 
+// Context parallelism for the layer: a sequence cut across two calls (both states passed forward,
+// both state gradients passed back) has the one-shot gradients; the parameter gradients are the
+// sums of the two calls'. Cuts before and after the conv's W-1 context fills.
+TEST(LinearAttentionLayerBackward, SplitAcrossTwoCallsEqualsOneShot) {
+  const LayerSpec whole{"whole", 13,   1,    2,    3,  2, 4,  {0, 13}, true,
+                        true,    true, true, true, -1, 0, -1, 1};
+  const LayerProblem p(whole);
+  const LinearAttentionLayerGradients one_shot = p.backward();
+  for (int64_t cut : {1, 2, 6}) {
+    auto part = [&](int64_t t0, int64_t t1, const std::vector<double>& h0,
+                    const std::vector<double>& conv0, const std::vector<double>& dht,
+                    const std::vector<double>& dconv) {
+      LayerSpec s = whole;
+      s.T = t1 - t0, s.cu = {0, t1 - t0};
+      LayerProblem q(s);
+      auto slice = [&](const std::vector<double>& x) {
+        const size_t per_token = x.size() / static_cast<size_t>(whole.T);
+        return std::vector<double>(x.begin() + t0 * per_token, x.begin() + t1 * per_token);
+      };
+      q.in = p.in;
+      q.in.qkv = slice(p.in.qkv), q.in.z = slice(p.in.z), q.in.a = slice(p.in.a);
+      q.in.b = slice(p.in.b), q.in.h0 = h0, q.in.conv0 = conv0;
+      q.dy = slice(p.dy), q.dht = dht, q.dconv = dconv;
+      return q;
+    };
+    const std::vector<double> no_dht(p.dht.size(), 0.0), no_dconv(p.dconv.size(), 0.0);
+    const LayerProblem first = part(0, cut, p.in.h0, p.in.conv0, no_dht, no_dconv);
+    const LinearAttentionLayerResult mid = linear_attention_layer(first.args());
+    const LinearAttentionLayerGradients second =
+        part(cut, whole.T, mid.final_state, mid.final_conv_state, p.dht, p.dconv).backward();
+    const LinearAttentionLayerGradients head =
+        part(0, cut, p.in.h0, p.in.conv0, second.dinitial_state, second.dinitial_conv_state)
+            .backward();
+    auto joined = [](std::vector<double> a, const std::vector<double>& b) {
+      a.insert(a.end(), b.begin(), b.end());
+      return a;
+    };
+    auto summed = [](std::vector<double> a, const std::vector<double>& b) {
+      for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+      return a;
+    };
+    const LinearAttentionLayerGradients split{joined(head.dqkv, second.dqkv),
+                                              joined(head.dz, second.dz),
+                                              joined(head.da, second.da),
+                                              joined(head.db, second.db),
+                                              summed(head.dconv_weight, second.dconv_weight),
+                                              summed(head.dconv_bias, second.dconv_bias),
+                                              summed(head.dA_log, second.dA_log),
+                                              summed(head.ddt_bias, second.ddt_bias),
+                                              summed(head.dnorm_weight, second.dnorm_weight),
+                                              head.dinitial_state,
+                                              head.dinitial_conv_state};
+    const Disagreement d = compare(split, one_shot);
+    EXPECT_LT(d.worst, 1e-12) << "cut at " << cut << ", worst tensor " << d.tensor;
+  }
+}
+
 TEST(LinearAttentionLayerBackward, RejectsBadInput) {
   const LayerProblem p(kLayerSpecs[0]);
   LinearAttentionLayerArgs a = p.args();
