@@ -18,10 +18,11 @@
 namespace deltacheck::reference {
 
 struct CausalConv1dGradients {
-  std::vector<double> dx;              // [B, T, D]
-  std::vector<double> dweight;         // [D, W]
-  std::vector<double> dbias;           // [D] (also when the forward had no bias)
-  std::vector<double> dinitial_state;  // [N, D, W-1]; zero where a sequence had no state
+  std::vector<double> dx;       // [B, T, D]
+  std::vector<double> dweight;  // [D, W]
+  std::vector<double> dbias;    // [D] (also when the forward had no bias)
+  // [N, D, W-1]; for a sequence without a state, the gradient w.r.t. the zeros it starts from.
+  std::vector<double> dinitial_state;
 };
 
 // d_output: [B, T, D], required when there are tokens. d_final_state: [N, D, W-1]; nullptr means
