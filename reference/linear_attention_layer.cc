@@ -15,7 +15,8 @@ int64_t qkv_channels(const LinearAttentionLayerArgs& args) {
   return 2 * args.num_heads * args.key_dim + args.num_value_heads * args.value_dim;
 }
 
-LinearAttentionLayerResult linear_attention_layer(const LinearAttentionLayerArgs& args) {
+LinearAttentionLayerRuleInputs linear_attention_layer_rule_inputs(
+    const LinearAttentionLayerArgs& args) {
   if (!args.qkv || !args.z || !args.a || !args.b || !args.conv_weight || !args.A_log ||
       !args.dt_bias || !args.norm_weight)
     throw std::invalid_argument(
@@ -25,8 +26,9 @@ LinearAttentionLayerResult linear_attention_layer(const LinearAttentionLayerArgs
     throw std::invalid_argument("linear_attention_layer: head counts and head dims must be >= 1");
   const int64_t T = args.seq_len, H = args.num_heads, HV = args.num_value_heads;
   const int64_t K = args.key_dim, V = args.value_dim, D = qkv_channels(args);
+  LinearAttentionLayerRuleInputs in;
 
-  CausalConv1dArgs conv;
+  CausalConv1dArgs& conv = in.conv;
   conv.seq_len = T;
   conv.channels = D;
   conv.width = args.conv_width;
@@ -36,8 +38,52 @@ LinearAttentionLayerResult linear_attention_layer(const LinearAttentionLayerArgs
   conv.silu = true;
   conv.cu_seqlens = args.cu_seqlens;
   conv.initial_state = args.initial_conv_state;
-  CausalConv1dResult mixed = causal_conv1d(conv);
+  in.mixed = causal_conv1d(conv);
+  if (T == 0) return in;
 
+  in.q.resize(static_cast<size_t>(T * H * K));
+  in.k.resize(in.q.size());
+  in.v.resize(static_cast<size_t>(T * HV * V));
+  for (int64_t t = 0; t < T; ++t) {
+    const double* row = in.mixed.output.data() + t * D;
+    for (int64_t i = 0; i < H * K; ++i) {
+      in.q[t * H * K + i] = row[i];
+      in.k[t * H * K + i] = row[H * K + i];
+    }
+    for (int64_t i = 0; i < HV * V; ++i) in.v[t * HV * V + i] = row[2 * H * K + i];
+  }
+
+  GatesArgs& ga = in.gates_args;
+  ga.num_tokens = T;
+  ga.num_value_heads = HV;
+  ga.a = args.a;
+  ga.b = args.b;
+  ga.A_log = args.A_log;
+  ga.dt_bias = args.dt_bias;
+  in.gates = gates(ga);
+
+  GatedDeltaRuleArgs& rule = in.rule;
+  rule.seq_len = T;
+  rule.num_heads = H;
+  rule.num_value_heads = HV;
+  rule.key_dim = K;
+  rule.value_dim = V;
+  rule.q = in.q.data();
+  rule.k = in.k.data();
+  rule.v = in.v.data();
+  rule.g = in.gates.g.data();
+  rule.beta = in.gates.beta.data();
+  rule.cu_seqlens = args.cu_seqlens;
+  rule.initial_state = args.initial_state;
+  rule.scale = args.scale;
+  rule.use_qk_l2norm = true;
+  return in;
+}
+
+LinearAttentionLayerResult linear_attention_layer(const LinearAttentionLayerArgs& args) {
+  LinearAttentionLayerRuleInputs in = linear_attention_layer_rule_inputs(args);
+  const int64_t T = args.seq_len, HV = args.num_value_heads;
+  const int64_t K = args.key_dim, V = args.value_dim;
   if (T == 0) {
     // No tokens at all: every sequence is empty and keeps the states it came with.
     const int64_t n_seqs =
@@ -47,46 +93,10 @@ LinearAttentionLayerResult linear_attention_layer(const LinearAttentionLayerArgs
     r.final_state = args.initial_state
                         ? std::vector<double>(args.initial_state, args.initial_state + state_size)
                         : std::vector<double>(state_size, 0.0);
-    r.final_conv_state = std::move(mixed.final_state);
+    r.final_conv_state = std::move(in.mixed.final_state);
     return r;
   }
-
-  std::vector<double> q(static_cast<size_t>(T * H * K)), k(q.size());
-  std::vector<double> v(static_cast<size_t>(T * HV * V));
-  for (int64_t t = 0; t < T; ++t) {
-    const double* row = mixed.output.data() + t * D;
-    for (int64_t i = 0; i < H * K; ++i) {
-      q[t * H * K + i] = row[i];
-      k[t * H * K + i] = row[H * K + i];
-    }
-    for (int64_t i = 0; i < HV * V; ++i) v[t * HV * V + i] = row[2 * H * K + i];
-  }
-
-  GatesArgs ga;
-  ga.num_tokens = T;
-  ga.num_value_heads = HV;
-  ga.a = args.a;
-  ga.b = args.b;
-  ga.A_log = args.A_log;
-  ga.dt_bias = args.dt_bias;
-  GatesResult gb = gates(ga);
-
-  GatedDeltaRuleArgs rule;
-  rule.seq_len = T;
-  rule.num_heads = H;
-  rule.num_value_heads = HV;
-  rule.key_dim = K;
-  rule.value_dim = V;
-  rule.q = q.data();
-  rule.k = k.data();
-  rule.v = v.data();
-  rule.g = gb.g.data();
-  rule.beta = gb.beta.data();
-  rule.cu_seqlens = args.cu_seqlens;
-  rule.initial_state = args.initial_state;
-  rule.scale = args.scale;
-  rule.use_qk_l2norm = true;
-  GatedDeltaRuleResult core = gated_delta_rule(rule);
+  GatedDeltaRuleResult core = gated_delta_rule(in.rule);
 
   GatedRmsNormArgs norm;
   norm.num_tokens = T;
@@ -100,7 +110,7 @@ LinearAttentionLayerResult linear_attention_layer(const LinearAttentionLayerArgs
   LinearAttentionLayerResult r;
   r.output = gated_rms_norm(norm);
   r.final_state = std::move(core.final_state);
-  r.final_conv_state = std::move(mixed.final_state);
+  r.final_conv_state = std::move(in.mixed.final_state);
   return r;
 }
 

@@ -10,6 +10,10 @@
 #include <optional>
 #include <vector>
 
+#include "reference/causal_conv1d.h"
+#include "reference/gated_delta_rule.h"
+#include "reference/gates.h"
+
 namespace deltacheck::reference {
 
 struct LinearAttentionLayerArgs {
@@ -43,6 +47,26 @@ struct LinearAttentionLayerResult {
 
 // D, the number of mixed q | k | v channels the convolution runs over.
 int64_t qkv_channels(const LinearAttentionLayerArgs& args);
+
+// What the layer hands the gated delta rule, shared by the forward and its backward
+// (reference/linear_attention_layer_backward.h): the convolution and its output split into
+// q | k | v, the gates, and the rule's arguments, which point into q, k, v and the gates (so this
+// moves but does not copy).
+struct LinearAttentionLayerRuleInputs {
+  CausalConv1dArgs conv;
+  CausalConv1dResult mixed;
+  std::vector<double> q, k, v;  // [T, H, K], [T, H, K], [T, HV, V]
+  GatesArgs gates_args;
+  GatesResult gates;
+  GatedDeltaRuleArgs rule;
+  LinearAttentionLayerRuleInputs() = default;
+  LinearAttentionLayerRuleInputs(LinearAttentionLayerRuleInputs&&) = default;
+  LinearAttentionLayerRuleInputs(const LinearAttentionLayerRuleInputs&) = delete;
+};
+
+// Throws std::invalid_argument when args do not describe a valid problem.
+LinearAttentionLayerRuleInputs linear_attention_layer_rule_inputs(
+    const LinearAttentionLayerArgs& args);
 
 // Throws std::invalid_argument when args do not describe a valid problem.
 LinearAttentionLayerResult linear_attention_layer(const LinearAttentionLayerArgs& args);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "reference/gated_delta_rule_backward.h"
+#include "tests/reference/complex_step.h"
 #include "tests/splitmix64.h"
 
 namespace deltacheck::reference {
@@ -96,26 +97,13 @@ T loss(const Problem& p, const Inputs<T>& in) {
         std::vector<T> qn(in.q.begin() + qk, in.q.begin() + qk + s.K);
         std::vector<T> kn(in.k.begin() + qk, in.k.begin() + qk + s.K);
         if (s.l2) {
-          for (auto* x : {&qn, &kn}) {
-            T ss = T(0);
-            for (const T& e : *x) ss += e * e;
-            const T inv = T(1) / std::sqrt(ss + T(1e-6));
-            for (T& e : *x) e *= inv;
-          }
+          test_support::l2_normalize(qn);
+          test_support::l2_normalize(kn);
         }
-        const T a = std::exp(in.g[tok]);
-        for (T& e : S) e *= a;
-        for (int64_t j = 0; j < s.V; ++j) {
-          T sk = T(0);
-          for (int64_t i = 0; i < s.K; ++i) sk += S[i * s.V + j] * kn[i];
-          const T u = in.beta[tok] * (in.v[tok * s.V + j] - sk);
-          for (int64_t i = 0; i < s.K; ++i) S[i * s.V + j] += kn[i] * u;
-        }
-        for (int64_t j = 0; j < s.V; ++j) {
-          T o = T(0);
-          for (int64_t i = 0; i < s.K; ++i) o += S[i * s.V + j] * (T(scale) * qn[i]);
-          total += T(p.d_out[tok * s.V + j]) * o;
-        }
+        std::vector<T> o(static_cast<size_t>(s.V));
+        test_support::delta_rule_token(S, qn, kn, &in.v[tok * s.V], in.g[tok], in.beta[tok], scale,
+                                       s.K, s.V, o.data());
+        for (int64_t j = 0; j < s.V; ++j) total += T(p.d_out[tok * s.V + j]) * o[j];
       }
       for (int64_t e = 0; e < s.K * s.V; ++e)
         total += T(p.d_ht[(n * s.HV + hv) * s.K * s.V + e]) * S[e];
@@ -126,42 +114,23 @@ T loss(const Problem& p, const Inputs<T>& in) {
 
 // Every gradient by complex step: one complex forward per input element.
 GatedDeltaRuleGradients complex_step(const Problem& p) {
-  using C = std::complex<double>;
-  constexpr double h = 1e-20;
+  using C = test_support::Complex;
+  using test_support::lift;
   Inputs<C> in;
-  auto lift = [](const std::vector<double>& x) { return std::vector<C>(x.begin(), x.end()); };
   in.q = lift(p.q), in.k = lift(p.k), in.v = lift(p.v), in.g = lift(p.g);
   in.beta = lift(p.beta), in.h0 = lift(p.h0);
   auto grad = [&](std::vector<C>& x) {
-    std::vector<double> d(x.size());
-    for (size_t i = 0; i < x.size(); ++i) {
-      x[i] += C(0, h);
-      d[i] = loss(p, in).imag() / h;
-      x[i] -= C(0, h);
-    }
-    return d;
+    return test_support::complex_step_gradient(x, [&] { return loss(p, in); });
   };
   return {grad(in.q), grad(in.k), grad(in.v), grad(in.g), grad(in.beta), grad(in.h0)};
 }
 
-// The largest |a - b| of each tensor relative to its largest |b|; the worst over the tensors,
-// and which one it was.
-struct Disagreement {
-  double worst = 0.0;
-  std::string tensor;
-};
+using test_support::Disagreement;
 
 Disagreement compare(const GatedDeltaRuleGradients& a, const GatedDeltaRuleGradients& b) {
   Disagreement d;
   auto one = [&](const char* name, const std::vector<double>& x, const std::vector<double>& y) {
-    EXPECT_EQ(x.size(), y.size()) << name;
-    double diff = 0.0, mag = 0.0;
-    for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
-      diff = std::max(diff, std::abs(x[i] - y[i]));
-      mag = std::max(mag, std::abs(y[i]));
-    }
-    const double rel = diff / std::max(mag, std::numeric_limits<double>::min());
-    if (!(rel <= d.worst)) d = {rel, name};  // NaN counts as worst
+    d.add(name, x, y);
   };
   one("dq", a.dq, b.dq);
   one("dk", a.dk, b.dk);
@@ -235,6 +204,109 @@ TEST(BackwardCrossCheck, CatchesDh0OfSequenceZeroForAll) {
   EXPECT_GT(d.worst, 1e-3);
   EXPECT_EQ(d.tensor, "dh0");
   std::printf("[ measured ] dh0 of sequence 0 for all: %.2e (%s)\n", d.worst, d.tensor.c_str());
+}
+
+// The FlashQLA PR #28 / FLA #77 class: dg as the reverse cumulative sum of dG_t, the gradient
+// w.r.t. the cumulative log decay G_t (the form chunked backwards use). With S_t = e^{G_t} S~_t the
+// decay enters through e^{G_t} q_t (read-out), e^{G_t} k_t (the read S'^T k) and e^{-G_t} k_t (the
+// write), so dG_t = q.dq + k.dk_read - k.dk_write (+ <dht, S_L> at the last token): exact in exact
+// arithmetic, but the same-token terms are O(1) and cancel down to dg ~ exp(g). One value head, no
+// norm (q already scaled). Returns dg [T].
+std::vector<double> dg_by_cumulative_decay(const Problem& p) {
+  const Spec& s = p.sp;
+  const int64_t K = s.K, V = s.V, KV = K * V;
+  const double scale = 1.0 / std::sqrt(double(K));
+  std::vector<double> dg(static_cast<size_t>(s.T), 0.0);
+  for (int64_t n = 0; n < p.N; ++n) {
+    const int64_t t0 = s.cu[n], t1 = s.cu[n + 1];
+    std::vector<std::vector<double>> Sp, Sa, U;  // per token: S' (decayed), S (updated), u
+    std::vector<double> S(p.h0.begin() + n * KV, p.h0.begin() + (n + 1) * KV);
+    for (int64_t t = t0; t < t1; ++t) {
+      for (double& e : S) e *= std::exp(p.g[t]);
+      Sp.push_back(S);
+      std::vector<double> u(static_cast<size_t>(V));
+      for (int64_t j = 0; j < V; ++j) {
+        double sk = 0.0;
+        for (int64_t i = 0; i < K; ++i) sk += S[i * V + j] * p.k[t * K + i];
+        u[j] = p.beta[t] * (p.v[t * V + j] - sk);
+      }
+      for (int64_t i = 0; i < K; ++i)
+        for (int64_t j = 0; j < V; ++j) S[i * V + j] += p.k[t * K + i] * u[j];
+      Sa.push_back(S), U.push_back(u);
+    }
+    std::vector<double> dS(p.d_ht.begin() + n * KV, p.d_ht.begin() + (n + 1) * KV);
+    double final_term = 0.0;
+    for (int64_t e = 0; e < KV && t1 > t0; ++e) final_term += dS[e] * Sa.back()[e];
+    double suffix = 0.0;
+    for (int64_t t = t1 - 1; t >= t0; --t) {
+      const std::vector<double>&Sp_t = Sp[t - t0], &S_t = Sa[t - t0], &u = U[t - t0];
+      const double* q = &p.q[t * K];
+      const double* k = &p.k[t * K];
+      const double* d_o = &p.d_out[t * V];
+      double q_dq = 0.0, k_dk_write = 0.0, k_dk_read = 0.0;
+      for (int64_t i = 0; i < K; ++i)
+        for (int64_t j = 0; j < V; ++j) {
+          q_dq += scale * q[i] * S_t[i * V + j] * d_o[j];
+          dS[i * V + j] += scale * q[i] * d_o[j];
+        }
+      std::vector<double> dp(static_cast<size_t>(V), 0.0);
+      for (int64_t j = 0; j < V; ++j) {
+        for (int64_t i = 0; i < K; ++i) dp[j] += dS[i * V + j] * k[i];  // du
+        for (int64_t i = 0; i < K; ++i) k_dk_write += k[i] * dS[i * V + j] * u[j];
+        dp[j] *= -p.beta[t];
+      }
+      for (int64_t i = 0; i < K; ++i)
+        for (int64_t j = 0; j < V; ++j) {
+          k_dk_read += k[i] * Sp_t[i * V + j] * dp[j];
+          dS[i * V + j] = std::exp(p.g[t]) * (dS[i * V + j] + k[i] * dp[j]);
+        }
+      suffix += q_dq + k_dk_read - k_dk_write + (t == t1 - 1 ? final_term : 0.0);
+      dg[t] = suffix;
+    }
+  }
+  return dg;
+}
+
+// The largest |a - b| / |b| over the elements (not over the tensor's largest |b|): small gate
+// gradients under strong decay are where the digits go.
+double elementwise_relative(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = 0.0;
+  for (size_t i = 0; i < b.size(); ++i)
+    worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(b[i]));
+  return worst;
+}
+
+// dA_log = sum_t dg_t * g_t for one head (gates_backward.h): what a wrong dg does to A_log.
+double dA_log_of(const Problem& p, const std::vector<double>& dg) {
+  double s = 0.0;
+  for (size_t t = 0; t < dg.size(); ++t) s += dg[t] * p.g[t];
+  return s;
+}
+
+TEST(BackwardCrossCheck, CatchesDgByACancellationFormUnderStrongDecay) {
+  auto run = [](double g_lo, double g_hi) {
+    const Spec s{"cumulative", 1, 24, 1, 1, 4, 4, {0, 9, 24}, false, true, true, g_lo, g_hi};
+    const Problem p(s);
+    const std::vector<double> exact = complex_step(p).dg;
+    const std::vector<double> direct = p.backward().dg, cancelling = dg_by_cumulative_decay(p);
+    const double a = dA_log_of(p, exact);
+    struct {
+      double direct, cancelling, dA_direct, dA_cancelling;
+    } r{elementwise_relative(direct, exact), elementwise_relative(cancelling, exact),
+        std::abs(dA_log_of(p, direct) - a) / std::abs(a),
+        std::abs(dA_log_of(p, cancelling) - a) / std::abs(a)};
+    std::printf(
+        "[ measured ] g in [%g, %g]: dg max elementwise relative error: direct %.2e, "
+        "cumulative-decay form %.2e; dA_log relative error: %.2e vs %.2e\n",
+        g_lo, g_hi, r.direct, r.cancelling, r.dA_direct, r.dA_cancelling);
+    return r;
+  };
+  const auto weak = run(-0.5, 0.0);  // the form is right: it agrees where nothing cancels
+  EXPECT_LT(weak.cancelling, 1e-10);
+  EXPECT_LT(weak.direct, 1e-12);
+  const auto strong = run(-20.0, -10.0);  // same-token terms O(1), dg down to exp(-20)
+  EXPECT_LT(strong.direct, 1e-12);
+  EXPECT_GT(strong.cancelling, 1e-6) << "the cancellation form kept its digits";
 }
 
 TEST(GatedDeltaRuleBackward, EmptySequenceHandsDhtBackAndPaddingTailIsExactlyZero) {
