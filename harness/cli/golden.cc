@@ -18,7 +18,7 @@
 #include "harness/cli/commands.h"
 #include "harness/isolation.h"
 #include "harness/limits.h"
-#include "harness/operation.h"
+#include "harness/op_names.h"
 #include "harness/runner.h"
 #include "harness/tolerance.h"
 

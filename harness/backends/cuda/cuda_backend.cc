@@ -8,9 +8,9 @@
 #include <string>
 
 #include "cases/case.h"
-#include "harness/gdr_problem.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gated_delta_rule.h"
+#include "ops/gdr/problem.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -18,12 +18,7 @@ namespace {
 // gdr: every cache mode. chunked and dynamic reach run() as the prefill and decode calls the
 // harness drives (harness/call_plan.h); the shapes must suit the kernels.
 Support gdr_support(const cases::Case& c) {
-  const std::string cache = c.get("cache");
-  bool known = false;
-  for (const char* m : {"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec"})
-    known = known || cache == m;
-  if (!known) return Support::No("cuda backend: gdr cache mode '" + cache + "' not implemented");
-  const GdrDims d = gdr_dims(c);
+  const ops::gdr::Params d = ops::gdr::decode(c);  // every cache mode
   // The kernels' own host-side check, on placeholder pointers (it reads only shapes, dtype and
   // which pointers are set).
   static const char placeholder = 0;

@@ -6,26 +6,15 @@
 //             (batch > 1 flattened) and from a 2-D padding mask
 // Padding lengths and packed segment lengths come from the case seed, so a failing case is
 // reproduced from its id alone.
-#include "cases/mask_case.h"
+#include "ops/mask/case.h"
 
 #include <algorithm>
 #include <string>
 
-#include "cases/op.h"
-#include "cases/rng.h"
+#include "ops/schema.h"
 
-namespace deltacheck::cases {
+namespace deltacheck::ops::mask {
 namespace {
-
-using K = ParamSpec::Kind;
-
-ParamSpec choice(std::string key, std::string def, std::vector<std::string> choices,
-                 std::string help) {
-  return {std::move(key), K::kChoice, std::move(def), std::move(choices), 0, 0, std::move(help)};
-}
-ParamSpec integer(std::string key, std::string def, int64_t lo, int64_t hi, std::string help) {
-  return {std::move(key), K::kInt, std::move(def), {}, lo, hi, std::move(help)};
-}
 
 constexpr int64_t kMaxTokens = int64_t{1} << 20;
 // Largest mask (B * q * kv elements) a case may ask for: 256 Mi elements, 2 GiB as the doubles
@@ -57,8 +46,6 @@ std::vector<ParamSpec> token_params() {
              "starts) | the same as 3-row multimodal rotary ids with a 2x2 image"),
   };
 }
-
-ParamSpec seed_param() { return integer("seed", "0", 0, (int64_t{1} << 62), "generator seed"); }
 
 void check_cache(const Case& c) {
   const std::string cache = c.get("cache");
@@ -124,7 +111,7 @@ void check_layers(const Case& c) {
 OpSchema layers_schema() {
   std::vector<ParamSpec> p;
   p.push_back({"pattern",
-               K::kText,
+               ParamSpec::Kind::kText,
                "qwen35",
                {},
                0,
@@ -316,7 +303,7 @@ struct CacheShape {
   int64_t q, offset, kv;
 };
 
-Params shape_of(const CacheShape& s) {
+SuiteParams shape_of(const CacheShape& s) {
   return {{"cache", s.cache},
           {"q", std::to_string(s.q)},
           {"offset", std::to_string(s.offset)},
@@ -336,7 +323,9 @@ const std::vector<CacheShape>& gate_shapes() {
 
 void mask_suite(SuiteBuilder& b, Tier tier) {
   int seed = 1;
-  auto add = [&](const Params& p) { b.add("mask", merge(p, {{"seed", std::to_string(seed++)}})); };
+  auto add = [&](const SuiteParams& p) {
+    b.add("mask", merge(p, {{"seed", std::to_string(seed++)}}));
+  };
   if (tier == Tier::kSmoke) {
     add({{"B", "2"}, {"q", "24"}, {"padding", "left"}, {"packed", "packed"}});
     add(merge(shape_of({"dynamic", 1, 37, 0}), {{"window", "16"}, {"padding", "left"}}));
@@ -345,16 +334,16 @@ void mask_suite(SuiteBuilder& b, Tier tier) {
     return;
   }
   // Every rule and combination across cache modes, padding and packing.
-  const std::vector<Params> rules{{},
-                                  {{"window", "1"}},
-                                  {{"window", "4"}},
-                                  {{"window", "16"}},
-                                  {{"chunk", "4"}},
-                                  {{"chunk", "16"}},
-                                  {{"causal", "0"}}};
+  const std::vector<SuiteParams> rules{{},
+                                       {{"window", "1"}},
+                                       {{"window", "4"}},
+                                       {{"window", "16"}},
+                                       {{"chunk", "4"}},
+                                       {{"chunk", "16"}},
+                                       {{"causal", "0"}}};
   const std::vector<CacheShape> shapes{
       {"none", 24, 0, 0}, {"chunked", 16, 24, 0}, {"dynamic", 1, 37, 0}, {"static", 24, 0, 64}};
-  for (const Params& rule : rules)
+  for (const SuiteParams& rule : rules)
     for (const CacheShape& s : shapes)
       for (const char* padding : {"none", "left", "right"})
         for (const char* packed : {"none", "packed"}) {
@@ -385,15 +374,16 @@ void mask_suite(SuiteBuilder& b, Tier tier) {
                                 {"window", "8"}}));
   // When a mask may be skipped, and when not: square and last-query causal (skip), window not
   // reached (skip), window reached, static cache (never).
-  for (const Params& p : std::vector<Params>{{{"q", "1"}},
-                                             {{"q", "64"}},
-                                             {{"q", "64"}, {"window", "65"}},
-                                             {{"q", "64"}, {"window", "64"}},
-                                             {{"q", "64"}, {"chunk", "100"}},
-                                             {{"q", "1"}, {"offset", "63"}, {"cache", "dynamic"}},
-                                             {{"q", "2"}, {"offset", "62"}, {"cache", "dynamic"}},
-                                             {{"q", "1"}, {"kv", "64"}, {"cache", "static"}},
-                                             {{"q", "64"}, {"kv", "65"}, {"cache", "static"}}})
+  for (const SuiteParams& p :
+       std::vector<SuiteParams>{{{"q", "1"}},
+                                {{"q", "64"}},
+                                {{"q", "64"}, {"window", "65"}},
+                                {{"q", "64"}, {"window", "64"}},
+                                {{"q", "64"}, {"chunk", "100"}},
+                                {{"q", "1"}, {"offset", "63"}, {"cache", "dynamic"}},
+                                {{"q", "2"}, {"offset", "62"}, {"cache", "dynamic"}},
+                                {{"q", "1"}, {"kv", "64"}, {"cache", "static"}},
+                                {{"q", "64"}, {"kv", "65"}, {"cache", "static"}}})
     add(p);
   // Sizes around powers of two, and one long sequence.
   for (const auto& [q, offset] : std::vector<std::pair<int, int>>{{127, 0}, {129, 0}, {65, 63}})
@@ -428,7 +418,7 @@ void mask_suite(SuiteBuilder& b, Tier tier) {
 
 void layers_suite(SuiteBuilder& b, Tier tier) {
   int seed = 1;
-  auto add = [&](const Params& p) {
+  auto add = [&](const SuiteParams& p) {
     b.add("layers", merge(p, {{"seed", std::to_string(seed++)}}));
   };
   if (tier == Tier::kSmoke) {
@@ -469,7 +459,7 @@ void layers_suite(SuiteBuilder& b, Tier tier) {
 
 void segments_suite(SuiteBuilder& b, Tier tier) {
   int seed = 1;
-  auto add = [&](const Params& p) {
+  auto add = [&](const SuiteParams& p) {
     b.add("segments", merge(p, {{"seed", std::to_string(seed++)}}));
   };
   if (tier == Tier::kSmoke) {
@@ -533,14 +523,14 @@ std::vector<std::string> mask_layer_types(const std::string& pattern) {
   return out;
 }
 
-OpDefinition mask_definition() {
+cases::OpDefinition mask_definition() {
   return {mask_schema(), generate_masked_tokens, masked_tokens_bytes, mask_suite};
 }
-OpDefinition layers_definition() {
+cases::OpDefinition layers_definition() {
   return {layers_schema(), generate_masked_tokens, masked_tokens_bytes, layers_suite};
 }
-OpDefinition segments_definition() {
+cases::OpDefinition segments_definition() {
   return {segments_schema(), generate_segments, segments_bytes, segments_suite};
 }
 
-}  // namespace deltacheck::cases
+}  // namespace deltacheck::ops::mask

@@ -1,12 +1,12 @@
 // Mask, layers and segments cases read into raw form; their output shapes.
-#include "harness/mask_problem.h"
+#include "ops/mask/problem.h"
 
 #include <algorithm>
 #include <stdexcept>
 
-#include "cases/mask_case.h"
+#include "ops/mask/case.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::ops::mask {
 namespace {
 
 using cases::DType;
@@ -55,7 +55,7 @@ MaskProblem mask_problem(const cases::Case& c, const cases::TensorMap& in) {
   }
   p.batch = c.get_int("B");
   p.q_len = c.get_int("q");
-  p.kv_length = cases::mask_kv_length(c);
+  p.kv_length = mask_kv_length(c);
   p.q_offset = c.get_int("offset");
   p.static_cache = c.get("cache") == "static";
   p.sliding_window = c.get_int("window");
@@ -65,7 +65,7 @@ MaskProblem mask_problem(const cases::Case& c, const cases::TensorMap& in) {
     p.format = c.get("format");
     p.dtype = p.format == "bool" ? DType::kU8 : dtype_of(c.get("dtype"));
   } else {
-    p.layer_types = cases::mask_layer_types(c.get("pattern"));
+    p.layer_types = mask_layer_types(c.get("pattern"));
     for (const std::string& t : p.layer_types)
       if (std::find(p.distinct_types.begin(), p.distinct_types.end(), t) == p.distinct_types.end())
         p.distinct_types.push_back(t);
@@ -99,14 +99,14 @@ std::vector<OutputSpec> mask_outputs(const cases::Case& c) {
             {"cu_seqlens", DType::kI64, {B + 1}},
             {"max_seqlen", DType::kI64, {1}}};
   }
-  const int64_t B = c.get_int("B"), q = c.get_int("q"), kv = cases::mask_kv_length(c);
+  const int64_t B = c.get_int("B"), q = c.get_int("q"), kv = mask_kv_length(c);
   if (c.op() == "mask") {
     const DType t = c.get("format") == "bool" ? DType::kU8 : dtype_of(c.get("dtype"));
     return {{"mask", t, {B, 1, q, kv}},
             {"needed", DType::kU8, {1}},
             {"fully_masked", DType::kU8, {B, q}}};
   }
-  const std::vector<std::string> layers = cases::mask_layer_types(c.get("pattern"));
+  const std::vector<std::string> layers = mask_layer_types(c.get("pattern"));
   std::vector<std::string> distinct;
   for (const std::string& t : layers)
     if (std::find(distinct.begin(), distinct.end(), t) == distinct.end()) distinct.push_back(t);
@@ -149,4 +149,4 @@ reference::AdditiveFill reference_fill(const MaskProblem& p) {
   return reference::AdditiveFill::kFloat32Lowest;
 }
 
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::ops::mask
