@@ -5,7 +5,7 @@
 
 #include "ops/gdr/params.h"
 #include "ops/layer/params.h"
-#include "ops/mask/case.h"
+#include "ops/mask/params.h"
 
 namespace deltacheck::ops {
 

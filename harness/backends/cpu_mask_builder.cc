@@ -1,7 +1,7 @@
 // The `cpu` backend's mask path: kernels/cpu/mask_builder through the shared mask adapter.
 #include "harness/backends/mask_builders.h"
 #include "harness/mask_adapter.h"
-#include "ops/mask/case.h"
+#include "ops/mask/params.h"
 
 namespace deltacheck::harness {
 

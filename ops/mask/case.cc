@@ -6,11 +6,12 @@
 //             (batch > 1 flattened) and from a 2-D padding mask
 // Padding lengths and packed segment lengths come from the case seed, so a failing case is
 // reproduced from its id alone.
-#include "ops/mask/case.h"
-
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
+#include "ops/decode.h"
+#include "ops/mask/params.h"
 #include "ops/schema.h"
 
 namespace deltacheck::ops::mask {
@@ -161,8 +162,8 @@ int64_t scaled(double u, int64_t n) {  // floor(u * n) for u in [0, 1), clamped 
 }
 
 // Pad counts per row: up to half the written tokens, row 0 always padded.
-std::vector<int64_t> pad_counts(const Case& c, int64_t batch, int64_t used) {
-  const Stream st(c.seed(), "padding");
+std::vector<int64_t> pad_counts(uint64_t seed, int64_t batch, int64_t used) {
+  const Stream st(seed, "padding");
   std::vector<int64_t> out;
   for (int64_t b = 0; b < batch; ++b) {
     int64_t p = scaled(st.uniform(static_cast<uint64_t>(b)), std::max<int64_t>(1, used / 2) + 1);
@@ -217,45 +218,44 @@ void packed_row(const Stream& st, int64_t q, int64_t offset, bool image, int64_t
 
 TensorMap generate_masked_tokens(const Case& c, const GenOptions&) {
   TensorMap m;
-  const int64_t B = c.get_int("B"), q = c.get_int("q"), kv = mask_kv_length(c);
-  const int64_t offset = c.get_int("offset"), used = offset + q;
-  const std::string padding = c.get("padding"), packed = c.get("packed");
-  if (padding != "none") {
+  const Params d = decode(c);
+  const int64_t B = d.B, q = d.q, kv = d.kv_length, offset = d.offset, used = offset + q;
+  if (d.padding != Padding::kNone) {
     Tensor& t = m.add(Tensor("padding_mask", DType::kU8, {B, kv}));
     uint8_t* p = t.as<uint8_t>();
-    const std::vector<int64_t> pads = pad_counts(c, B, used);
+    const std::vector<int64_t> pads = pad_counts(d.seed, B, used);
     for (int64_t b = 0; b < B; ++b) {
       // Real tokens where written and not padding; unwritten static-cache slots are not tokens.
-      const int64_t lo = padding == "left" ? pads[b] : 0;
-      const int64_t hi = padding == "left" ? used : used - pads[b];
+      const int64_t lo = d.padding == Padding::kLeft ? pads[b] : 0;
+      const int64_t hi = d.padding == Padding::kLeft ? used : used - pads[b];
       for (int64_t j = 0; j < kv; ++j) p[b * kv + j] = j >= lo && j < hi ? 1 : 0;
     }
   }
-  if (packed != "none") {
-    const int64_t rows = packed == "mrope" ? 3 : 1;
+  if (d.packed != Packed::kNone) {
+    const int64_t rows = d.packed == Packed::kMrope ? 3 : 1;
     Tensor& t = m.add(Tensor("position_ids", DType::kI64, {rows, B, q}));
     int64_t* p = t.as<int64_t>();
     for (int64_t b = 0; b < B; ++b) {
       int64_t* out[3] = {p + b * q, rows == 3 ? p + (B + b) * q : nullptr,
                          rows == 3 ? p + (2 * B + b) * q : nullptr};
-      packed_row(Stream(c.seed(), "position_ids/" + std::to_string(b)), q, offset, rows == 3, out);
+      packed_row(Stream(d.seed, "position_ids/" + std::to_string(b)), q, offset, rows == 3, out);
     }
   }
   return m;
 }
 
 int64_t masked_tokens_bytes(const Case& c) {
-  const int64_t B = c.get_int("B"), q = c.get_int("q");
-  return B * mask_kv_length(c) + 3 * B * q * 8;
+  const Params d = decode(c);
+  return d.B * d.kv_length + 3 * d.B * d.q * 8;
 }
 
 TensorMap generate_segments(const Case& c, const GenOptions&) {
   TensorMap m;
-  const int64_t B = c.get_int("B"), T = c.get_int("T");
-  const std::string source = c.get("source");
-  if (source == "cu") {
+  const Params d = decode(c);
+  const int64_t B = d.B, T = d.T;
+  if (d.source == Source::kCu) {
     // 3..8 sequences over T tokens; zero-length ones at the start, the middle and the end.
-    const Stream st(c.seed(), "cu_seqlens");
+    const Stream st(d.seed, "cu_seqlens");
     const int64_t n = 3 + scaled(st.uniform(0), 6);
     std::vector<int64_t> cuts;
     for (int64_t i = 0; i < n - 1; ++i) cuts.push_back(scaled(st.uniform(1 + i), T + 1));
@@ -268,24 +268,23 @@ TensorMap generate_segments(const Case& c, const GenOptions&) {
     p[0] = 0;
     for (int64_t i = 0; i < n - 1; ++i) p[i + 1] = cuts[i];
     p[n] = T;
-  } else if (source == "position") {
+  } else if (d.source == Source::kPosition) {
     Tensor& t = m.add(Tensor("position_ids", DType::kI64, {B, T}));
     for (int64_t b = 0; b < B; ++b) {
       int64_t* out[3] = {t.as<int64_t>() + b * T, nullptr, nullptr};
-      packed_row(Stream(c.seed(), "position_ids/" + std::to_string(b)), T, 0, false, out);
+      packed_row(Stream(d.seed, "position_ids/" + std::to_string(b)), T, 0, false, out);
     }
   } else {
     // Seeded real-token counts; row 0 is partly padded, and with three or more rows row 1 has no
     // padding and row 2 is all padding.
-    const Stream st(c.seed(), "padding");
-    const std::string pad = c.get("pad");
+    const Stream st(d.seed, "padding");
     Tensor& t = m.add(Tensor("padding_mask", DType::kU8, {B, T}));
     for (int64_t b = 0; b < B; ++b) {
       int64_t real = scaled(st.uniform(static_cast<uint64_t>(b)), T + 1);
       if (b == 0 && T >= 2) real = std::min(std::max<int64_t>(real, 1), T - 1);
       if (B >= 3 && b == 1) real = T;
       if (B >= 3 && b == 2) real = 0;
-      const bool left = pad == "left" || (pad == "mixed" && b % 2 == 0);
+      const bool left = d.pad == Pad::kLeft || (d.pad == Pad::kMixed && b % 2 == 0);
       for (int64_t j = 0; j < T; ++j)
         t.as<uint8_t>()[b * T + j] = left ? (j >= T - real) : (j < real);
     }
@@ -293,7 +292,10 @@ TensorMap generate_segments(const Case& c, const GenOptions&) {
   return m;
 }
 
-int64_t segments_bytes(const Case& c) { return c.get_int("B") * c.get_int("T") * 8; }
+int64_t segments_bytes(const Case& c) {
+  const Params d = decode(c);
+  return d.B * d.T * 8;
+}
 
 // ---- suites ----------------------------------------------------------------------------------
 
@@ -485,6 +487,40 @@ void segments_suite(SuiteBuilder& b, Tier tier) {
 }
 
 }  // namespace
+
+Params decode(const Case& c) {
+  Params d;
+  const auto op =
+      std::find_if(kOpNames.begin(), kOpNames.end(), [&](const char* n) { return c.op() == n; });
+  if (op == kOpNames.end())
+    throw std::invalid_argument("not a mask, layers or segments case: " + c.id());
+  d.op = static_cast<Op>(op - kOpNames.begin());
+  d.seed = c.seed();
+  d.B = c.get_int("B");
+  if (d.op == Op::kSegments) {
+    d.source = decode_choice<Source>(c, "source", kSourceNames);
+    d.T = c.get_int("T");
+    d.pad = decode_choice<Pad>(c, "pad", kPadNames);
+    return d;
+  }
+  d.q = c.get_int("q");
+  d.kv = c.get_int("kv");
+  d.offset = c.get_int("offset");
+  d.kv_length = d.kv > 0 ? d.kv : d.offset + d.q;
+  d.cache = decode_choice<Cache>(c, "cache", kCacheNames);
+  d.window = c.get_int("window");
+  d.chunk = c.get_int("chunk");
+  d.padding = decode_choice<Padding>(c, "padding", kPaddingNames);
+  d.packed = decode_choice<Packed>(c, "packed", kPackedNames);
+  if (d.op == Op::kMask) {
+    d.causal = c.get_bool("causal");
+    d.format = decode_choice<Format>(c, "format", kFormatNames);
+    d.dtype = decode_dtype(c);
+  } else {
+    d.layer_types = mask_layer_types(c.get("pattern"));
+  }
+  return d;
+}
 
 bool is_mask_op(const std::string& op) {
   return op == "mask" || op == "layers" || op == "segments";

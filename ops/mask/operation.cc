@@ -7,7 +7,7 @@
 
 #include <stdexcept>
 
-#include "ops/mask/case.h"
+#include "ops/mask/params.h"
 #include "ops/mask/problem.h"
 #include "reference/mask.h"
 

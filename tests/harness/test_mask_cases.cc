@@ -15,7 +15,7 @@
 #include "harness/backends/mask_builders.h"
 #include "harness/mask_adapter.h"
 #include "harness/runner.h"
-#include "ops/mask/case.h"
+#include "ops/mask/params.h"
 
 namespace deltacheck::harness {
 namespace {

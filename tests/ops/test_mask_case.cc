@@ -6,7 +6,7 @@
 
 #include "cases/generate.h"
 #include "cases/suites.h"
-#include "ops/mask/case.h"
+#include "ops/mask/params.h"
 
 namespace deltacheck::ops::mask {
 namespace {

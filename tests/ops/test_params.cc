@@ -11,6 +11,7 @@
 #include "cases/suites.h"
 #include "ops/gdr/params.h"
 #include "ops/layer/params.h"
+#include "ops/mask/params.h"
 #include "ops/registry.h"
 
 namespace deltacheck::ops {
@@ -81,9 +82,40 @@ TEST(OpsParams, LayerDecodesEveryParameter) {
   EXPECT_EQ(p.seed, 9u);
 }
 
+TEST(OpsParams, MaskDecodesEveryParameter) {
+  const mask::Params m = mask::decode(Case::parse(
+      "mask(B=2,q=1,kv=64,offset=37,cache=static,causal=1,window=16,chunk=0,padding=left,"
+      "packed=mrope,format=additive-inf,dtype=bf16,seed=3)"));
+  EXPECT_EQ(m.op, mask::Op::kMask);
+  EXPECT_EQ(m.B, 2);
+  EXPECT_EQ(m.q, 1);
+  EXPECT_EQ(m.kv_length, 64);
+  EXPECT_EQ(m.offset, 37);
+  EXPECT_EQ(m.cache, mask::Cache::kStatic);
+  EXPECT_EQ(m.window, 16);
+  EXPECT_EQ(m.padding, mask::Padding::kLeft);
+  EXPECT_EQ(m.packed, mask::Packed::kMrope);
+  EXPECT_EQ(m.format, mask::Format::kAdditiveInf);
+  EXPECT_EQ(m.dtype, DType::kBF16);
+  EXPECT_EQ(m.seed, 3u);
+  // kv=0: a dynamic cache holds exactly offset + q tokens.
+  EXPECT_EQ(mask::decode(Case::parse("mask(q=1,offset=37,cache=dynamic)")).kv_length, 38);
+  const mask::Params l = mask::decode(Case::parse("layers(pattern=linear+sliding+full)"));
+  EXPECT_EQ(l.op, mask::Op::kLayers);
+  EXPECT_EQ(l.layer_types,
+            (std::vector<std::string>{"linear_attention", "sliding_attention", "full_attention"}));
+  const mask::Params s = mask::decode(Case::parse("segments(source=padding,B=3,T=16,pad=right)"));
+  EXPECT_EQ(s.op, mask::Op::kSegments);
+  EXPECT_EQ(s.source, mask::Source::kPadding);
+  EXPECT_EQ(s.B, 3);
+  EXPECT_EQ(s.T, 16);
+  EXPECT_EQ(s.pad, mask::Pad::kRight);
+}
+
 TEST(OpsParams, DecodingAnotherOpThrows) {
   EXPECT_THROW(gdr::decode(Case::parse("layer()")), std::invalid_argument);
   EXPECT_THROW(layer::decode(Case::parse("gdr()")), std::invalid_argument);
+  EXPECT_THROW(mask::decode(Case::parse("gdr()")), std::invalid_argument);
 }
 
 TEST(OpsParams, CaseKeepsItsParsedLayout) {

@@ -6,7 +6,7 @@
 #include "harness/mask_adapter.h"
 #include "kernels/common/mask_builder_api.h"
 #include "kernels/torch/mask_builder.h"
-#include "ops/mask/case.h"
+#include "ops/mask/params.h"
 
 namespace deltacheck::harness {
 namespace {

@@ -11,7 +11,7 @@
 #include "harness/backends/torch/torch_backend.h"
 #include "harness/backends/torch/torch_mask_adapter.h"
 #include "harness/runner.h"
-#include "ops/mask/case.h"
+#include "ops/mask/params.h"
 
 namespace deltacheck::harness {
 namespace {
