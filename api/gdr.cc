@@ -1,11 +1,11 @@
 // gdr cases as raw-buffer kernel calls, and backends made of one kernel function
 // (include/deltacheck/gdr.h). The mapping is the one deltacheck's own CPU backend uses
-// (harness/gdr_problem.h), so a user's kernel sees exactly the buffers deltacheck's kernels see.
+// (ops/gdr/problem.h), so a user's kernel sees exactly the buffers deltacheck's kernels see.
 #include "deltacheck/gdr.h"
 
 #include <cmath>
 
-#include "harness/gdr_problem.h"
+#include "ops/gdr/problem.h"
 
 namespace deltacheck {
 
@@ -15,14 +15,14 @@ GdrCall gdr_problem(const Case& c, const TensorMap& inputs, TensorMap& outputs) 
     call.status = Status::InvalidArgument("not a gdr case: " + c.id());
     return call;
   }
-  const std::string cache = c.get("cache");
-  if (cache == "pool" || cache == "spec") {
+  const ops::gdr::Params d = ops::gdr::decode(c);
+  if (d.pooled()) {
     call.status = Status::Unsupported(
-        "cache=" + cache +
+        std::string("cache=") + ops::gdr::name(d.cache) +
         " keeps states in a slot-addressed pool, which a GdrProblem does not carry");
     return call;
   }
-  const kernels::GatedDeltaRuleParams k = harness::gdr_params(c, inputs, outputs);
+  const kernels::GatedDeltaRuleParams k = ops::gdr::kernel_params(d, inputs, outputs);
   GdrProblem& p = call.problem;
   p.batch = k.batch;
   p.seq_len = k.seq_len;
@@ -50,13 +50,13 @@ std::unique_ptr<FunctionBackend> gdr_backend(std::string name, GdrFunction kerne
                                              GdrBackendOptions options) {
   auto supports = [name, dtypes = options.dtypes](const Case& c) -> Support {
     if (c.op() != "gdr") return Support::No(name + " runs the gdr op only");
-    const std::string cache = c.get("cache");
-    if (cache == "pool" || cache == "spec")
-      return Support::No("cache=" + cache + ": state pools are not part of a GdrProblem");
-    const std::string dtype = c.get("dtype");
+    const ops::gdr::Params d = ops::gdr::decode(c);
+    if (d.pooled())
+      return Support::No(std::string("cache=") + ops::gdr::name(d.cache) +
+                         ": state pools are not part of a GdrProblem");
     for (DType t : dtypes)
-      if (dtype == cases::dtype_name(t)) return Support::Yes();
-    return Support::No(name + " does not take dtype " + dtype);
+      if (d.dtype == t) return Support::Yes();
+    return Support::No(name + " does not take dtype " + cases::dtype_name(d.dtype));
   };
   auto run = [kernel = std::move(kernel)](const Case& c, const TensorMap& inputs,
                                           TensorMap& outputs) -> Status {

@@ -14,7 +14,7 @@
 #include "cases/generate.h"
 #include "harness/backend.h"
 #include "harness/backends/torch/torch_backend.h"
-#include "harness/operation.h"
+#include "harness/op_names.h"
 #include "harness/runner.h"
 
 namespace deltacheck::bench {
@@ -44,7 +44,7 @@ void BM_backend(benchmark::State& st, const std::string& backend, const std::str
     }
     benchmark::ClobberMemory();
   }
-  const int64_t tokens = cases::Layout::parse(c.get("layout")).row_length();
+  const int64_t tokens = c.layout().row_length();
   set_counters(st, tokens, gdr_nominal_flops(tokens, 16, 128, 128));
 }
 

@@ -148,7 +148,12 @@ Case::Case(std::string op, const std::vector<std::pair<std::string, std::string>
     std::string raw = spec.default_value;
     for (const auto& [key, value] : params)
       if (key == spec.key) raw = value;
-    params_.emplace_back(spec.key, canonical_value(spec, trim(raw), op_));
+    if (spec.kind == ParamSpec::Kind::kLayout && spec.key == "layout") {
+      layout_ = std::make_shared<const Layout>(Layout::parse(trim(raw)));
+      params_.emplace_back(spec.key, layout_->str());
+    } else {
+      params_.emplace_back(spec.key, canonical_value(spec, trim(raw), op_));
+    }
     id_ += (params_.size() > 1 ? "," : "") + spec.key + "=" + params_.back().second;
   }
   id_ += ")";
@@ -193,6 +198,11 @@ bool Case::has(const std::string& key) const {
   for (const auto& kv : params_)
     if (kv.first == key) return true;
   return false;
+}
+
+const Layout& Case::layout() const {
+  if (!layout_) throw CaseIdError("case " + id_ + " has no layout");
+  return *layout_;
 }
 
 Case Case::with(const std::string& key, const std::string& value) const {

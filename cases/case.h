@@ -32,6 +32,7 @@ struct ParamSpec {
 };
 
 class Case;
+struct Layout;
 
 struct OpSchema {
   std::string op;
@@ -58,6 +59,10 @@ class Case {
   bool get_bool(const std::string& key) const { return get_int(key) != 0; }
   uint64_t seed() const { return static_cast<uint64_t>(get_int("seed")); }
   bool has(const std::string& key) const;
+  // The case's token layout (its `layout` parameter), parsed once when the case was built;
+  // throws CaseIdError for an op without one.
+  const Layout& layout() const;
+  bool has_layout() const { return layout_ != nullptr; }
   // A copy with one parameter changed (re-validated, new id).
   Case with(const std::string& key, const std::string& value) const;
   // A copy with several parameters changed at once (validated together).
@@ -70,6 +75,7 @@ class Case {
   std::string op_;
   std::vector<std::pair<std::string, std::string>> params_;  // schema order, canonical values
   std::string id_;
+  std::shared_ptr<const Layout> layout_;  // shared by copies
 };
 
 // Read-only sequence lengths shared between copies: copying a Layout is O(1), whatever the

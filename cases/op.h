@@ -1,6 +1,8 @@
 // Operations a case can name. Each operation is one definition — its case-id schema, its input
-// generator and its part of each suite — in a file of its own (cases/<op>_case.cc), listed once in
-// cases/ops.cc.
+// generator and its part of each suite — in a folder of its own under ops/ (ops/<op>/case.cc),
+// listed once in ops/registry.cc. cases/ knows the shape of a definition, not the operations:
+// op_definitions() is declared here and defined by the registry (the one link from cases/ to
+// ops/, resolved by the linker; no cases/ source includes ops/).
 #pragma once
 
 #include <cstdint>
@@ -45,12 +47,8 @@ struct OpDefinition {
   void (*suite)(SuiteBuilder&, Tier) = nullptr;
 };
 
+// Every operation, in registry order (ops/registry.cc).
 const std::vector<OpDefinition>& op_definitions();
 const OpDefinition& find_op(const std::string& op);  // throws CaseIdError
-
-// One per operation file.
-OpDefinition gdr_definition();
-OpDefinition layer_definition();
-OpDefinition mask_definition(), layers_definition(), segments_definition();  // mask_case.cc
 
 }  // namespace deltacheck::cases

@@ -1,15 +1,7 @@
-// The list of operations (one line per op) and the suite builder.
+// The schemas of the registered operations (ops/registry.cc lists them) and the suite builder.
 #include "cases/op.h"
 
 namespace deltacheck::cases {
-
-const std::vector<OpDefinition>& op_definitions() {
-  static const std::vector<OpDefinition> ops{
-      gdr_definition(),    layer_definition(),    mask_definition(),
-      layers_definition(), segments_definition(),
-  };
-  return ops;
-}
 
 const std::vector<OpSchema>& op_schemas() {
   static const std::vector<OpSchema> schemas = [] {

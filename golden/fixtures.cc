@@ -14,7 +14,7 @@
 namespace deltacheck::golden {
 namespace {
 
-std::string specs_string(const std::vector<harness::OutputSpec>& specs) {
+std::string specs_string(const std::vector<ops::OutputSpec>& specs) {
   std::string s;
   for (const auto& o : specs)
     s += fmt::format("{}{}:{}{}", s.empty() ? "" : ", ", o.name, cases::dtype_name(o.dtype),
@@ -22,8 +22,7 @@ std::string specs_string(const std::vector<harness::OutputSpec>& specs) {
   return s;
 }
 
-bool same_specs(const std::vector<harness::OutputSpec>& a,
-                const std::vector<harness::OutputSpec>& b) {
+bool same_specs(const std::vector<ops::OutputSpec>& a, const std::vector<ops::OutputSpec>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
     if (a[i].name != b[i].name || a[i].dtype != b[i].dtype || a[i].shape != b[i].shape)
@@ -54,7 +53,7 @@ std::string input_difference(const cases::Tensor& stored, const cases::Tensor& f
 }  // namespace
 
 FixtureCase make_fixture_case(const cases::Case& c) {
-  const harness::Operation& op = harness::operation_for(c);
+  const ops::Operation& op = ops::operation_for(c);
   FixtureCase fc{c,
                  cases::generate_inputs(c),
                  {},
@@ -68,9 +67,9 @@ FixtureCase make_fixture_case(const cases::Case& c) {
 
 Status check_stored(const FixtureCase& fc) {
   const std::string where = "case '" + fc.c.id() + "'";
-  std::vector<harness::OutputSpec> specs;
+  std::vector<ops::OutputSpec> specs;
   try {
-    specs = harness::operation_for(fc.c).outputs(fc.c);
+    specs = ops::operation_for(fc.c).outputs(fc.c);
   } catch (const std::exception& e) {
     return Status::InvalidArgument(where + ": " + e.what());
   }
@@ -82,7 +81,7 @@ Status check_stored(const FixtureCase& fc) {
       return Status::InvalidArgument(where + ": expected/" + s.name + " missing");
   // A tolerance needs a finite expectation to measure against (exactly compared outputs, such as
   // additive masks, may hold infinities).
-  if (!harness::operation_for(fc.c).exact(fc.c))
+  if (!ops::operation_for(fc.c).exact(fc.c))
     for (const auto& [name, values] : fc.expected)
       for (size_t i = 0; i < values.size(); ++i)
         if (!std::isfinite(values[i]))
@@ -99,7 +98,7 @@ StatusOr<harness::PreparedCase> prepare_stored(FixtureCase fc) {
   // what the file does not (ranges the operation does not compare, or needs unchanged).
   harness::PreparedCase pc{fc.c, std::move(fc.inputs), std::move(fc.expected), {}, {}};
   try {
-    const harness::Operation& op = harness::operation_for(pc.c);
+    const ops::Operation& op = ops::operation_for(pc.c);
     pc.outputs = op.outputs(pc.c);
     pc.baselines = op.baselines(pc.c, pc.inputs, pc.precision);
     harness::measure_baselines(pc);
@@ -138,7 +137,7 @@ DriftReport check_drift(const FixtureCase& stored) {
   }
 
   // Expected outputs: within kDriftTolerance of each output's largest magnitude.
-  const bool exact = harness::operation_for(stored.c).exact(stored.c);
+  const bool exact = ops::operation_for(stored.c).exact(stored.c);
   for (const auto& [name, want] : stored.expected) {
     auto it = fresh.expected.find(name);
     if (it == fresh.expected.end() || it->second.size() != want.size()) {

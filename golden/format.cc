@@ -681,7 +681,7 @@ Status FixtureWriter::add(const FixtureCase& fc) {
 
   StatusOr<Hid> outputs = create_group(gid, "outputs");
   if (!outputs.ok()) return outputs.status();
-  for (const harness::OutputSpec& s : fc.outputs) {
+  for (const ops::OutputSpec& s : fc.outputs) {
     StatusOr<Hid> o = create_group(outputs.value().get(), s.name);
     if (!o.ok()) return o.status();
     if (Status st = write_attr_string(o.value().get(), "dtype", cases::dtype_name(s.dtype));
@@ -693,7 +693,7 @@ Status FixtureWriter::add(const FixtureCase& fc) {
   if (!fc.expected.empty()) {
     StatusOr<Hid> expected = create_group(gid, "expected");
     if (!expected.ok()) return expected.status();
-    for (const harness::OutputSpec& s : fc.outputs) {
+    for (const ops::OutputSpec& s : fc.outputs) {
       auto it = fc.expected.find(s.name);
       int64_t numel = 1;
       for (int64_t d : s.shape) numel *= d;
@@ -914,7 +914,7 @@ StatusOr<FixtureCase> FixtureReader::read(size_t index) const {
   if (H5Lexists(gid, "expected", H5P_DEFAULT) > 0) {
     StatusOr<Hid> expected = open_group(gid, "expected", where);
     if (!expected.ok()) return expected.status();
-    for (const harness::OutputSpec& s : fc.outputs) {
+    for (const ops::OutputSpec& s : fc.outputs) {
       const std::string w = where + " expected/" + s.name;
       if (H5Lexists(expected.value().get(), s.name.c_str(), H5P_DEFAULT) <= 0)
         return invalid(w + ": dataset missing");
@@ -942,7 +942,7 @@ StatusOr<FixtureCase> FixtureReader::read(size_t index) const {
 
 Status write_input_file(const std::string& path, const cases::Case& c,
                         const cases::TensorMap& inputs,
-                        const std::vector<harness::OutputSpec>& outputs) {
+                        const std::vector<ops::OutputSpec>& outputs) {
   const cases::NoForkSection no_fork;  // HDF5 holds a library-wide lock
   FixtureWriter w;
   FileInfo info;

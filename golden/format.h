@@ -19,7 +19,7 @@
 #include "cases/case.h"
 #include "cases/tensor.h"
 #include "core/status.h"
-#include "harness/operation.h"
+#include "ops/operation.h"
 
 namespace deltacheck::golden {
 
@@ -40,8 +40,8 @@ struct DatasetInfo {
 struct FixtureCase {
   cases::Case c;
   cases::TensorMap inputs;
-  harness::Values expected;  // empty in an external program's {in} file
-  std::vector<harness::OutputSpec> outputs;
+  ops::Values expected;  // empty in an external program's {in} file
+  std::vector<ops::OutputSpec> outputs;
   // As stored (filled by the reader; the writer records this build's versions).
   int64_t generator_version = 0;
   std::string tolerance_policy;
@@ -118,7 +118,7 @@ class FixtureReader {
 // {in}: a fixture file with the one case, its inputs and output specs, no expected values.
 Status write_input_file(const std::string& path, const cases::Case& c,
                         const cases::TensorMap& inputs,
-                        const std::vector<harness::OutputSpec>& outputs);
+                        const std::vector<ops::OutputSpec>& outputs);
 // {out}: fills every tensor of `outputs` (names, shapes and dtypes fixed by the caller) from the
 // file's root datasets. A root attribute "unsupported" is the program declining the case
 // (Status Unsupported with its text); anything missing or malformed is InvalidArgument.

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "cases/rng.h"
-#include "harness/operation.h"
+#include "harness/op_names.h"
 #include "harness/runner.h"
 
 namespace deltacheck::harness {
@@ -35,13 +35,12 @@ std::vector<int64_t> cuts_of(const cases::Case& c, int64_t seq, int64_t len, int
 }  // namespace
 
 std::vector<Call> call_plan(const cases::Case& c) {
-  if (!c.has("layout") || !c.has("calls") || !c.has("cache")) return {};
-  const std::string cache = c.get("cache");
-  if (cache != "chunked" && cache != "dynamic") return {};
-  const cases::Layout L = cases::Layout::parse(c.get("layout"));
-  const int64_t n = L.num_seqs(), calls = c.get_int("calls");
+  const CallMode mode = operation_for(c).call_mode(c);
+  if (mode.kind == CallMode::Kind::kOne) return {};
+  const cases::Layout& L = c.layout();
+  const int64_t n = L.num_seqs(), calls = mode.count;
   std::vector<Call> plan;
-  if (cache == "chunked") {
+  if (mode.kind == CallMode::Kind::kChunked) {
     plan.assign(static_cast<size_t>(calls), Call{"prefill", {}});
     for (int64_t s = 0; s < n; ++s) {
       const std::vector<int64_t> cuts = cuts_of(c, s, L.lengths[s], calls);
@@ -76,7 +75,7 @@ Status execute(Backend& backend, const cases::Case& c, const cases::TensorMap& i
   const std::vector<Call> plan = call_plan(c);
   if (plan.empty()) return backend.run(c, inputs, outputs);
   const Operation& op = operation_for(c);
-  const cases::Layout L = cases::Layout::parse(c.get("layout"));
+  const cases::Layout& L = c.layout();
   // The state table: each sequence's current state(s), starting from the case's initial ones.
   cases::TensorMap state_inputs = inputs;
   const auto carried = op.carried_states(c);

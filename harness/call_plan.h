@@ -12,7 +12,7 @@
 #include "cases/case.h"
 #include "cases/tensor.h"
 #include "harness/backend.h"
-#include "harness/repack.h"
+#include "harness/op_names.h"
 
 namespace deltacheck::harness {
 

@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "cases/generate.h"
-#include "harness/operation.h"
+#include "harness/op_names.h"
 
 namespace deltacheck::harness {
 

@@ -1,5 +1,5 @@
 // Runs a mask, layers or segments case on one mask builder and writes the outputs the harness
-// compares (harness/mask_problem.h). Every host builder has the same contract
+// compares (ops/mask/problem.h). Every host builder has the same contract
 // (kernels/common/mask_params.h), so one adapter serves all: `Api` is a builder as a type,
 // DELTACHECK_MASK_BUILDER_API(CpuMaskApi, kernels::cpu) (kernels/common/mask_builder_api.h).
 // A deliberately wrong builder derives from a real one and hides the function it breaks.
@@ -18,10 +18,15 @@
 #include "cases/tensor.h"
 #include "core/half.h"
 #include "core/status.h"
-#include "harness/mask_problem.h"
 #include "kernels/common/mask_params.h"
+#include "ops/mask/problem.h"
 
 namespace deltacheck::harness {
+
+using ops::mask::LayerOutputKind;
+using ops::mask::mask_outputs;
+using ops::mask::mask_problem;
+using ops::mask::MaskProblem;
 
 namespace mask_adapter_detail {
 

@@ -12,7 +12,7 @@
 
 #include "cases/generate.h"
 #include "harness/call_plan.h"
-#include "harness/repack.h"
+#include "harness/op_names.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -90,7 +90,7 @@ std::pair<int64_t, int64_t> sequence_range(const cases::Tensor& t, TensorMajor m
 std::string compare_sequence(const Operation& op, const Comparison& cmp, int64_t seq,
                              const cases::Case& ca, const TensorMap& a, int64_t seq_a,
                              const cases::Case& cb, const TensorMap& b, int64_t seq_b) {
-  const Layout la = Layout::parse(ca.get("layout")), lb = Layout::parse(cb.get("layout"));
+  const Layout &la = ca.layout(), &lb = cb.layout();
   for (const cases::Tensor& ta : a.all()) {
     const cases::Tensor* tb = b.find(ta.name());
     if (!tb) return fmt::format("output '{}' missing", ta.name());
@@ -168,7 +168,7 @@ std::pair<ProbeReport, bool> probe_repeat(const PreparedCase& pc, Backend& b,
   // Not declared deterministic: the two runs must agree within every sequence's tolerance.
   const Operation& op = operation_for(pc.c);
   const Comparison tolerant{false, &judged};
-  const Layout L = Layout::parse(pc.c.get("layout"));
+  const Layout& L = pc.c.layout();
   for (int64_t s = 0; s < L.num_seqs(); ++s) {
     const std::string d =
         compare_sequence(op, tolerant, s, pc.c, outputs, s, pc.c, again.outputs, s);
@@ -215,7 +215,7 @@ std::optional<TensorMap> mix_sequences(const Operation& op, const Layout& L, con
 ProbeReport probe_isolation(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
                             const Comparison& cmp) {
   const Operation& op = operation_for(pc.c);
-  const Layout L = Layout::parse(pc.c.get("layout"));
+  const Layout& L = pc.c.layout();
   const int64_t n = L.num_seqs();
   // Two runs: alternate sequences regenerated (the others must not move), then the others. An
   // empty sequence carries nothing between its neighbours unless states flow, so alternation
@@ -253,7 +253,7 @@ ProbeReport probe_isolation(const PreparedCase& pc, Backend& b, const TensorMap&
 ProbeReport probe_alone(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
                         const Comparison& cmp) {
   const Operation& op = operation_for(pc.c);
-  const Layout L = Layout::parse(pc.c.get("layout"));
+  const Layout& L = pc.c.layout();
   for (int64_t s : sample_sequences(L.num_seqs())) {
     const Repacked rp = repack(pc.c, pc.inputs, {{s, 0, L.lengths[s]}});
     const Run r = run_once(b, rp.c, rp.tensors, op.outputs(rp.c));
@@ -267,7 +267,7 @@ ProbeReport probe_alone(const PreparedCase& pc, Backend& b, const TensorMap& out
 ProbeReport probe_order(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
                         const Comparison& cmp) {
   const Operation& op = operation_for(pc.c);
-  const Layout L = Layout::parse(pc.c.get("layout"));
+  const Layout& L = pc.c.layout();
   const int64_t n = L.num_seqs();
   std::vector<Piece> reversed;
   for (int64_t s = n - 1; s >= 0; --s) reversed.push_back({s, 0, L.lengths[s]});
@@ -332,7 +332,7 @@ Values reassemble(const Operation& op, const Layout& L, const std::vector<Piece>
 ProbeReport probe_split(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
                         const CaseResult& judged) {
   const Operation& op = operation_for(pc.c);
-  const Layout L = Layout::parse(pc.c.get("layout"));
+  const Layout& L = pc.c.layout();
   std::vector<Piece> first, second;
   for (int64_t s = 0; s < L.num_seqs(); ++s) {
     const int64_t len = L.lengths[s];
@@ -421,7 +421,7 @@ std::vector<ProbeReport> run_probes(const PreparedCase& pc, Backend& b, const Te
   auto [repeat, identical] = probe_repeat(pc, b, outputs, judged);
   out.push_back(std::move(repeat));
   const Comparison cmp{identical && b.batch_invariant(pc.c), &judged};
-  const Layout L = Layout::parse(pc.c.get("layout"));
+  const Layout& L = pc.c.layout();
   if (L.num_seqs() >= 2) {
     out.push_back(probe_isolation(pc, b, outputs, cmp));
     out.push_back(probe_alone(pc, b, outputs, cmp));

@@ -16,8 +16,8 @@
 #include "cases/generate.h"
 #include "harness/call_plan.h"
 #include "harness/limits.h"
+#include "harness/op_names.h"
 #include "harness/probes.h"
-#include "harness/repack.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -623,7 +623,7 @@ void merge_probe_verdicts(CaseResult& r) {
 
 PreparedCase prepare_pieces(const PreparedCase& pc, const std::vector<Piece>& pieces) {
   const Operation& op = operation_for(pc.c);
-  const cases::Layout L = cases::Layout::parse(pc.c.get("layout"));
+  const cases::Layout& L = pc.c.layout();
   Repacked rp = repack(pc.c, pc.inputs, pieces);
   PreparedCase out{rp.c, std::move(rp.tensors), {}, {}, op.outputs(rp.c)};
   // Expectations of the pieces, cut from the whole case's (pieces start at offset 0 here or the
@@ -651,7 +651,7 @@ PreparedCase prepare_pieces(const PreparedCase& pc, const std::vector<Piece>& pi
 
 void confirm_leak(const PreparedCase& pc, Backend& backend, CaseResult& r) {
   if (!operation_for(pc.c).repackable(pc.c)) return;
-  const cases::Layout L = cases::Layout::parse(pc.c.get("layout"));
+  const cases::Layout& L = pc.c.layout();
   // A fail whose first wrong sequence is the first of a pack: is it wrong alone too?
   const bool first_of_pack =
       r.verdict == Verdict::kFail && L.num_seqs() >= 2 && first_bad_sequence(r) == 0;

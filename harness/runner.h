@@ -13,7 +13,7 @@
 #include "cases/tensor.h"
 #include "harness/backend.h"
 #include "harness/compare.h"
-#include "harness/operation.h"
+#include "harness/op_names.h"
 #include "harness/result.h"
 
 namespace deltacheck::harness {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cases/tensor.h"
-#include "reference/gated_delta_rule.h"
+#include "ops/precision.h"
 
 namespace deltacheck::harness {
 
@@ -57,11 +57,11 @@ Threshold threshold(cases::DType t, double baseline_rel_rms, double baseline_max
 // own baseline error is a small sample); and, for sequences whose values are small against the
 // tensor's (one token, one value, a cancellation), errors per element as large as the tensor may
 // have on average: rel_rms * tensor_ref_rms / seq_ref_rms. Its max |Δ| threshold is at least the
-// tensor's (a baseline's max |Δ| on a few values is a small sample of its error). A relative error on a handful of tiny values is noise; a leak moves a
-// sequence by the tensor's own scale and stays far above all three. The ceiling bounds the tensor,
-// not the sequence: on a sequence of a few hundred values the straightforward implementation
-// itself can exceed it (one bf16 token through the whole layer: 2.3e-2 against a ceiling of
-// 1e-2).
+// tensor's (a baseline's max |Δ| on a few values is a small sample of its error). A relative error
+// on a handful of tiny values is noise; a leak moves a sequence by the tensor's own scale and stays
+// far above all three. The ceiling bounds the tensor, not the sequence: on a sequence of a few
+// hundred values the straightforward implementation itself can exceed it (one bf16 token through
+// the whole layer: 2.3e-2 against a ceiling of 1e-2).
 struct SequenceScale {
   double ref_max_abs;  // of the sequence
   double ref_rms;      // of the sequence
@@ -73,19 +73,11 @@ Threshold sequence_threshold(cases::DType t, double baseline_rel_rms, double bas
 
 std::string describe_policy();
 
-// What a backend's matmuls do with fp32 operands: fp32 (default) or TF32 (10 mantissa bits, as
-// Triton's tl.dot and cuBLAS with TF32 enabled compute on Ampere and later). A declared TF32
-// backend is judged against the TF32 baseline on fp32 cases; the declaration is printed with
-// every result.
-enum class MatmulPrecision { kDefault, kTF32 };
-const char* matmul_precision_name(MatmulPrecision p);              // "fp32" | "tf32"
-MatmulPrecision matmul_precision_from_name(const std::string& s);  // throws std::invalid_argument
-
-// The gated-delta-rule formulations in real use, in the precision of a case whose activations
-// are `dtype` (the baselines of tol-v3): the fp32 token recurrence; the fp32 chunked form with
-// chunk-local cumulative gates; for bf16/fp16 activations, the chunked form with matmul operands
-// and intermediates in that dtype (tensor-core kernels); for fp32 activations under a TF32
-// declaration, the chunked form with TF32 operands.
-std::vector<reference::Arithmetic> rule_baselines(cases::DType dtype, MatmulPrecision precision);
+// The matmul precision a backend declares and the rule's baseline formulations live with the
+// operations (ops/precision.h); the harness names them as before.
+using ops::matmul_precision_from_name;
+using ops::matmul_precision_name;
+using ops::MatmulPrecision;
+using ops::rule_baselines;
 
 }  // namespace deltacheck::harness

@@ -43,11 +43,11 @@ Hid string_type() {
   return t;
 }
 
-Status write_values(hid_t parent, const char* group, const harness::Values& values,
-                    const std::vector<harness::OutputSpec>& specs) {
+Status write_values(hid_t parent, const char* group, const ops::Values& values,
+                    const std::vector<ops::OutputSpec>& specs) {
   Hid g = golden::group_h(H5Gcreate2(parent, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
   if (g.get() < 0) return Status::Internal(std::string("cannot create group ") + group);
-  for (const harness::OutputSpec& s : specs) {
+  for (const ops::OutputSpec& s : specs) {
     const auto it = values.find(s.name);
     if (it == values.end()) continue;
     std::vector<hsize_t> dims(s.shape.begin(), s.shape.end());
@@ -93,7 +93,7 @@ Status add_failure(const std::string& file, const harness::PreparedCase& pc,
   Hid g =
       golden::group_h(H5Gopen2(f.get(), golden::escape_case_id(pc.c.id()).c_str(), H5P_DEFAULT));
   if (g.get() < 0) return Status::Internal("the case group is missing in " + file);
-  harness::Values actual;
+  ops::Values actual;
   for (const cases::Tensor& t : outputs.all()) actual[t.name()] = t.to_double();
   for (Status st : {write_values(g.get(), "actual", actual, pc.outputs),
                     write_values(g.get(), "baseline", harness::worst_baseline(pc), pc.outputs),
@@ -182,8 +182,8 @@ FailureDump read_failure_dump(const std::string& path) {
     return d;
   }
   for (const auto& [name, out] :
-       {std::pair<const char*, harness::Values*>{"actual", &d.actual}, {"baseline", &d.baseline}})
-    for (const harness::OutputSpec& s : d.fixture->outputs) {
+       {std::pair<const char*, ops::Values*>{"actual", &d.actual}, {"baseline", &d.baseline}})
+    for (const ops::OutputSpec& s : d.fixture->outputs) {
       const std::string ds_path = std::string(name) + "/" + s.name;
       Hid ds = golden::dataset_h(H5Dopen2(g.get(), ds_path.c_str(), H5P_DEFAULT));
       Hid space = golden::space_h(ds.get() >= 0 ? H5Dget_space(ds.get()) : -1);

@@ -31,7 +31,7 @@ Status write_failure_dump(const std::string& path, const harness::PreparedCase& 
 struct FailureDump {
   Status status;
   std::optional<golden::FixtureCase> fixture;  // inputs, output specs, expected
-  harness::Values actual, baseline;
+  ops::Values actual, baseline;
   std::string backend, verdict, message, rerun;
 };
 FailureDump read_failure_dump(const std::string& path);

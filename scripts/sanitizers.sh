@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sanitizer builds (docs/reliability.md), each in its own build folder, without LibTorch and
 # CUDA, building only the targets its checks need:
-#   asan   AddressSanitizer + UndefinedBehaviorSanitizer: the unit tests (test_cases,
+#   asan   AddressSanitizer + UndefinedBehaviorSanitizer: the unit tests (test_cases, test_ops,
 #          test_reference, test_kernels_cpu, test_harness, test_golden and the committed fixtures)
 #          and the smoke suite, in-process and under --isolate, right and deliberately wrong
 #   tsan   ThreadSanitizer: the threaded runner, deltacheck run --suite smoke --jobs 2, with the
@@ -46,11 +46,11 @@ for step in "${STEPS[@]}"; do
   case "$step" in
     asan)
       cmake -S . -B "$ASAN_DIR" "${COMMON[@]}" -DDELTACHECK_SANITIZE=address,undefined >/dev/null
-      cmake --build "$ASAN_DIR" -j "$(nproc)" --target deltacheck test_cases test_reference \
-        test_kernels_cpu test_harness test_golden
+      cmake --build "$ASAN_DIR" -j "$(nproc)" --target deltacheck test_cases test_ops \
+        test_reference test_kernels_cpu test_harness test_golden
       echo "=== asan+ubsan: built ($(elapsed))"
       LOG="$ASAN_DIR/sanitizer-run.log"
-      ctest --test-dir "$ASAN_DIR" -L '^(cases|reference|kernels/cpu|harness|golden)$' \
+      ctest --test-dir "$ASAN_DIR" -L '^(cases|ops|reference|kernels/cpu|harness|golden)$' \
         -j "$(nproc)" --output-on-failure --timeout 1200 >"$ASAN_DIR/ctest.log" 2>&1 ||
         { grep -E "Failed|SUMMARY|runtime error|ERROR" "$ASAN_DIR/ctest.log" | head -40 >&2;
           tail -5 "$ASAN_DIR/ctest.log" >&2; exit 1; }

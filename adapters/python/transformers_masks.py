@@ -20,7 +20,7 @@ Inputs, as generate() passes them:
   - position_ids: [B, q] (row 0 of multimodal [3, B, q] ids, as the Qwen-VL models pass them);
   - cache: none | DynamicCache(config) (dynamic, chunked) | StaticCache(config, max_cache_len=kv)
     (static), holding `offset` tokens in every attention layer (written with update()).
-Outputs, converted to deltacheck's (harness/mask_problem.h):
+Outputs, converted to deltacheck's (ops/mask/problem.h):
   - mask [B, 1, q, kv]: format=bool from the "sdpa" mask interface (bool, True = attend);
     format=additive-lowest from the "eager" interface in the case's dtype (0 / finfo(dtype).min);
   - needed: 0 where the sdpa interface returned None (SDPA's is_causal path), else 1; the mask
@@ -60,7 +60,7 @@ ATTENTION = ("full_attention", "sliding_attention", "chunked_attention")
 
 
 def layer_types(pattern):
-    """The layer_types a layers case names (cases/mask_case.cc, mask_layer_types)."""
+    """The layer_types a layers case names (ops/mask/case.cc, mask_layer_types)."""
     return [SHORT[s] for s in NAMED.get(pattern) or pattern.split("+")]
 
 

@@ -42,7 +42,7 @@ const deltacheck::Selection kCases = deltacheck::Selection("gate").filter("^gdr\
 // state at each sequence's start anyway (gate=tail decays by e^-30 or more per token in the
 // last chunk, which is the whole sequence when it has at most 64 tokens) — then nothing leaks.
 std::vector<deltacheck::Verdict> leaky_verdict(const deltacheck::Case& c) {
-  const deltacheck::Layout layout = deltacheck::Layout::parse(c.get("layout"));
+  const deltacheck::Layout& layout = c.layout();
   bool state_survives = c.get("gate") != "tail";
   for (int64_t len : layout.lengths) state_survives = state_survives || len > 64;
   const bool leaks = layout.num_seqs() >= 2 && state_survives;

@@ -1,8 +1,8 @@
 // Backend "cpu": the project's chunked CPU kernels.
 #include "harness/backends/backends.h"
 #include "harness/backends/mask_builders.h"
-#include "harness/gdr_problem.h"
 #include "kernels/cpu/gated_delta_rule.h"
+#include "ops/gdr/problem.h"
 
 namespace deltacheck::harness {
 namespace {

@@ -6,15 +6,16 @@
 #include <cstring>
 
 #include "harness/backends/backends.h"
-#include "harness/gdr_problem.h"
 #include "kernels/cpu/gated_delta_rule.h"
 #include "kernels/cpu/recurrent_decode.h"
+#include "ops/gdr/problem.h"
 
 namespace deltacheck::harness {
 
-kernels::cpu::RecurrentDecodeParams decode_params(const cases::Case& c, const cases::TensorMap& in,
-                                                  cases::TensorMap& out, int64_t tokens) {
-  const kernels::GatedDeltaRuleParams g = gdr_params(c, in, out);
+kernels::cpu::RecurrentDecodeParams decode_params(const ops::gdr::Params& d,
+                                                  const cases::TensorMap& in, cases::TensorMap& out,
+                                                  int64_t tokens) {
+  const kernels::GatedDeltaRuleParams g = ops::gdr::kernel_params(d, in, out);
   kernels::cpu::RecurrentDecodeParams p;
   const int64_t total = g.batch * g.seq_len;
   p.num_seqs = total / tokens;
@@ -30,14 +31,14 @@ kernels::cpu::RecurrentDecodeParams decode_params(const cases::Case& c, const ca
 }
 
 Status run_cpu_gdr_case(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) {
-  const std::string cache = c.get("cache");
-  if (cache == "pool" || cache == "spec") {
+  using ops::gdr::Cache;
+  const ops::gdr::Params d = ops::gdr::decode(c);
+  if (d.pooled()) {
     cases::Tensor& pool = out.at("state_pool");
     std::memcpy(pool.data(), in.at("state_pool").data(), pool.nbytes());
     const cases::Tensor& slots = in.at("state_slots");
-    const GdrDims d = gdr_dims(c);
-    if (cache == "pool" && !one_token_per_sequence(d)) {
-      kernels::GatedDeltaRuleParams p = gdr_params(c, in, out);
+    if (d.cache == Cache::kPool && !ops::gdr::one_token_per_sequence(d)) {
+      kernels::GatedDeltaRuleParams p = ops::gdr::kernel_params(d, in, out);
       p.initial_state = pool.as<float>();
       p.final_state = pool.as<float>();  // in place on the pool
       p.state_slots = slots.as<int32_t>();
@@ -45,25 +46,25 @@ Status run_cpu_gdr_case(const cases::Case& c, const cases::TensorMap& in, cases:
       return kernels::cpu::chunked_gated_delta_rule(p);
     }
     // spec: T draft tokens per sequence (batch[NxT]); pool decode: one token per sequence.
-    const int64_t tokens = cache == "spec" ? d.T : 1;
-    kernels::cpu::RecurrentDecodeParams p = decode_params(c, in, out, tokens);
+    const int64_t tokens = d.cache == Cache::kSpec ? d.T : 1;
+    kernels::cpu::RecurrentDecodeParams p = decode_params(d, in, out, tokens);
     p.state = pool.as<float>();
     p.state_slots = slots.as<int32_t>();
     p.num_state_rows = pool.shape()[0];
     if (cases::Tensor* ts = out.find("token_states")) p.token_states = ts->as<float>();
     return kernels::cpu::recurrent_decode(p);
   }
-  if (cache == "decode") {
+  if (d.cache == Cache::kDecode) {
     cases::Tensor& state = out.at("final_state");
     if (const cases::Tensor* s0 = in.find("initial_state"))
       std::memcpy(state.data(), s0->data(), state.nbytes());
     else
       std::memset(state.data(), 0, state.nbytes());
-    kernels::cpu::RecurrentDecodeParams p = decode_params(c, in, out, 1);
+    kernels::cpu::RecurrentDecodeParams p = decode_params(d, in, out, 1);
     p.state = state.as<float>();
     return kernels::cpu::recurrent_decode(p);
   }
-  return kernels::cpu::chunked_gated_delta_rule(gdr_params(c, in, out));
+  return kernels::cpu::chunked_gated_delta_rule(ops::gdr::kernel_params(d, in, out));
 }
 
 }  // namespace deltacheck::harness

@@ -5,6 +5,7 @@
 
 #include "harness/backends/backends.h"
 #include "kernels/cpu/linear_attention_layer.h"
+#include "ops/layer/params.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -12,14 +13,15 @@ namespace {
 kernels::cpu::LinearAttentionLayerParams layer_params(const cases::Case& c,
                                                       const cases::TensorMap& in,
                                                       cases::TensorMap& out) {
+  const ops::layer::Params d = ops::layer::decode(c);
   kernels::cpu::LinearAttentionLayerParams p;
   const cases::Tensor& qkv = in.at("qkv");
   p.seq_len = qkv.shape()[1];
-  p.num_heads = c.get_int("H");
-  p.num_value_heads = c.get_int("HV");
-  p.key_dim = c.get_int("K");
-  p.value_dim = c.get_int("V");
-  p.conv_width = c.get_int("W");
+  p.num_heads = d.H;
+  p.num_value_heads = d.HV;
+  p.key_dim = d.K;
+  p.value_dim = d.V;
+  p.conv_width = d.W;
   p.dtype = cases::scalar_from_dtype(qkv.dtype());
   p.qkv = qkv.data();
   p.z = in.at("z").data();
@@ -41,7 +43,7 @@ kernels::cpu::LinearAttentionLayerParams layer_params(const cases::Case& c,
   if (cases::Tensor* s = out.find("final_conv_state")) p.final_conv_state = s->as<float>();
   // One-token decode calls (cache=decode, and the decode steps the harness drives for dynamic)
   // step through causal_conv1d_update and recurrent_decode, as a serving runtime does.
-  p.decode = c.get("cache") == "decode";
+  p.decode = d.cache == ops::layer::Cache::kDecode;
   return p;
 }
 
@@ -62,7 +64,7 @@ class ConvReadsPrevious : public Backend {
     if (!cu) return run_cpu_layer_case(c, in, out);
     // Give each sequence after the first the conv state its packed predecessor rows imply.
     const cases::Tensor& qkv = in.at("qkv");
-    const int64_t n = cu->numel() - 1, D = qkv.shape()[2], W = c.get_int("W");
+    const int64_t n = cu->numel() - 1, D = qkv.shape()[2], W = ops::layer::decode(c).W;
     cases::TensorMap leaky = in;
     cases::Tensor state("initial_conv_state", cases::DType::kF32, {n, D, W - 1});
     if (const cases::Tensor* own = in.find("initial_conv_state"))

@@ -49,6 +49,7 @@
 #include "golden/format.h"
 #include "harness/backends/backends.h"
 #include "harness/isolation.h"
+#include "harness/op_names.h"
 
 namespace deltacheck::harness {
 namespace {

@@ -13,8 +13,8 @@
 
 #include "harness/backends/backends.h"
 #include "harness/backends/mask_builders.h"
-#include "harness/gdr_problem.h"
 #include "kernels/cpu/gated_delta_rule.h"
+#include "ops/gdr/problem.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -26,8 +26,7 @@ class WrongBackend : public Backend {
   bool deliberately_wrong() const override { return true; }
   Support supports(const cases::Case& c) const override {
     if (c.op() != "gdr") return Support::No(name() + " implements only gdr");
-    if (c.get("cache") == "pool" || c.get("cache") == "spec")
-      return Support::No(name() + " has no pooled-state mode");
+    if (ops::gdr::decode(c).pooled()) return Support::No(name() + " has no pooled-state mode");
     return Support::Yes();
   }
 };
@@ -75,7 +74,7 @@ class IgnoreCuSeqlens : public WrongBackend {
     return "deliberately wrong: ignores cu_seqlens, state carried across packed sequences";
   }
   Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
-    const GatedDeltaRuleParams p = gdr_params(c, in, out);
+    const GatedDeltaRuleParams p = ops::gdr::kernel_params(c, in, out);
     if (!p.cu_seqlens) return kernels::cpu::chunked_gated_delta_rule(p);  // batch rows are separate
     return run_sequences(p, [](int64_t i, const float* own, const float* carried) {
       return i == 0 ? own : carried;
@@ -90,7 +89,7 @@ class DropInitialState : public WrongBackend {
     return "deliberately wrong: sequences after the first start from a zero state";
   }
   Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
-    const GatedDeltaRuleParams p = gdr_params(c, in, out);
+    const GatedDeltaRuleParams p = ops::gdr::kernel_params(c, in, out);
     return run_sequences(
         p, [](int64_t i, const float* own, const float*) { return i == 0 ? own : nullptr; });
   }
@@ -103,7 +102,7 @@ class IgnoreState : public WrongBackend {
     return "deliberately wrong: every initial state ignored (starts from zero)";
   }
   Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
-    GatedDeltaRuleParams p = gdr_params(c, in, out);
+    GatedDeltaRuleParams p = ops::gdr::kernel_params(c, in, out);
     p.initial_state = nullptr;
     return kernels::cpu::chunked_gated_delta_rule(p);
   }
@@ -117,7 +116,7 @@ class RowChunkGrid : public WrongBackend {
            "boundaries that fall on a chunk edge";
   }
   Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
-    const GatedDeltaRuleParams p = gdr_params(c, in, out);
+    const GatedDeltaRuleParams p = ops::gdr::kernel_params(c, in, out);
     if (!p.cu_seqlens) return kernels::cpu::chunked_gated_delta_rule(p);
     return run_sequences(p, [&](int64_t i, const float* own, const float* carried) {
       const bool aligned = p.cu_seqlens[i] % p.chunk_size == 0;
@@ -133,7 +132,7 @@ class ReadoutBeforeUpdate : public WrongBackend {
     return "deliberately wrong: reads o_t from the state before token t's update (off by one)";
   }
   Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
-    const GatedDeltaRuleParams p = gdr_params(c, in, out);
+    const GatedDeltaRuleParams p = ops::gdr::kernel_params(c, in, out);
     // o_t = S_{t-1}^T q_t with S_{t-1} the state after token t-1: equal to running the kernel on
     // the sequence shifted by one token with q_t paired to the earlier state. Implemented by
     // running the one-token recurrence with beta = 0 for the read-out, token by token.

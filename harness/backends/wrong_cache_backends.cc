@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "harness/backends/backends.h"
-#include "harness/gdr_problem.h"
 #include "kernels/cpu/gated_delta_rule.h"
+#include "ops/gdr/problem.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -25,13 +25,17 @@ class DecodeWrongSlot : public WrongCacheBackend {
     return "deliberately wrong: decode reads and writes the next entry's pool slot";
   }
   Support supports(const cases::Case& c) const override {
-    const std::string cache = c.op() == "gdr" ? c.get("cache") : "";
-    if (cache == "pool" || cache == "spec" || cache == "decode" || cache == "dynamic")
+    using ops::gdr::Cache;
+    if (c.op() != "gdr") return Support::No("decode and pooled modes only");
+    const Cache cache = ops::gdr::decode(c).cache;
+    if (cache == Cache::kPool || cache == Cache::kSpec || cache == Cache::kDecode ||
+        cache == Cache::kDynamic)
       return Support::Yes();
     return Support::No("decode and pooled modes only");
   }
   Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
-    if (c.get("cache") == "dynamic") return Status::Ok();  // never called: dynamic runs as calls
+    if (ops::gdr::decode(c).cache == ops::gdr::Cache::kDynamic)
+      return Status::Ok();  // never called: dynamic runs as calls
     cases::TensorMap shifted = in;
     if (cases::Tensor* slots = shifted.find("state_slots")) {
       // Rotate the slots of the real (non-padding) entries by one.
@@ -64,7 +68,8 @@ class PoolWritesPadding : public WrongCacheBackend {
     return "deliberately wrong: padding entries (slot -1) update the pool's last row";
   }
   Support supports(const cases::Case& c) const override {
-    if (c.op() == "gdr" && c.get("cache") == "pool") return Support::Yes();
+    if (c.op() == "gdr" && ops::gdr::decode(c).cache == ops::gdr::Cache::kPool)
+      return Support::Yes();
     return Support::No("pool mode only");
   }
   // The real entries run as they should; then each padding entry runs on the pool row its slot
@@ -94,7 +99,8 @@ class Bf16State : public WrongCacheBackend {
     return "deliberately wrong: recurrent states stored in bf16 between calls";
   }
   Support supports(const cases::Case& c) const override {
-    if (c.op() == "gdr" && c.get("cache") != "none") return Support::Yes();
+    if (c.op() == "gdr" && ops::gdr::decode(c).cache != ops::gdr::Cache::kNone)
+      return Support::Yes();
     return Support::No("modes that keep a state only");
   }
   Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {

@@ -11,6 +11,7 @@
 
 #include "harness/backends/backends.h"
 #include "harness/isolation.h"
+#include "ops/gdr/params.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -40,7 +41,7 @@ class CrashingBackend : public Backend {
 };
 
 bool has_empty_sequence(const cases::Case& c) {
-  for (int64_t l : cases::Layout::parse(c.get("layout")).lengths)
+  for (int64_t l : c.layout().lengths)
     if (l == 0) return true;
   return false;
 }
@@ -54,7 +55,9 @@ std::vector<std::unique_ptr<Backend>> make_wrong_crash_backends() {
       has_empty_sequence, [] { raise(SIGSEGV); }));
   v.push_back(std::make_unique<CrashingBackend>(
       "wrong:hang", "never returns on one-token decode cases (needs --isolate)",
-      [](const cases::Case& c) { return c.get("cache") == "decode"; },
+      [](const cases::Case& c) {
+        return c.op() == "gdr" && ops::gdr::decode(c).cache == ops::gdr::Cache::kDecode;
+      },
       [] {
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
       }));

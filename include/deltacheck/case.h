@@ -25,7 +25,7 @@ namespace deltacheck {
 using Case = cases::Case;
 // Thrown for an id that does not parse or names an unknown op, parameter or value.
 using CaseIdError = cases::CaseIdError;
-// The token layout of a case: Layout::parse(c.get("layout")) gives the sequence lengths, the
+// The token layout of a case: c.layout() gives the sequence lengths, the
 // batch, the row length T and cu_seqlens.
 using Layout = cases::Layout;
 // Element types of tensors: kF32, kBF16, kF16 (inputs and outputs), kF64, kI32, kI64, kU8.

@@ -283,7 +283,7 @@ NB_MODULE(_deltacheck, m) {
   });
   m.def("sequence_lengths", [](const std::string& id) {
     const Case c = deltacheck::parse_case(id);
-    const std::vector<int64_t>& lengths = deltacheck::Layout::parse(c.get("layout")).lengths;
+    const std::vector<int64_t>& lengths = c.layout().lengths;
     return std::vector<int64_t>(lengths);
   });
   m.def("short_id",

@@ -10,12 +10,12 @@
 #include <map>
 #include <set>
 
-#include "cases/mask_case.h"
 #include "cases/suites.h"
 #include "harness/backend.h"
 #include "harness/backends/mask_builders.h"
 #include "harness/mask_adapter.h"
 #include "harness/runner.h"
+#include "ops/mask/params.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -29,7 +29,7 @@ const std::vector<PreparedCase>& prepared_gate_cases() {
     std::set<std::string> seen;
     for (const char* s : {"smoke", "gate"})
       for (const Case& c : cases::suite(s))
-        if (cases::is_mask_op(c.op()) && seen.insert(c.id()).second) v.push_back(prepare(c));
+        if (ops::mask::is_mask_op(c.op()) && seen.insert(c.id()).second) v.push_back(prepare(c));
     return v;
   }();
   return all;
@@ -37,7 +37,7 @@ const std::vector<PreparedCase>& prepared_gate_cases() {
 
 bool pattern_has(const Case& c, const std::string& type) {
   if (c.op() != "layers") return false;
-  for (const std::string& t : cases::mask_layer_types(c.get("pattern")))
+  for (const std::string& t : ops::mask::mask_layer_types(c.get("pattern")))
     if (t == type) return true;
   return false;
 }

@@ -6,7 +6,7 @@
 
 #include "cases/generate.h"
 #include "cases/suites.h"
-#include "harness/gdr_problem.h"
+#include "ops/gdr/problem.h"
 #include "reference/gated_delta_rule.h"
 
 namespace deltacheck::harness {
@@ -27,7 +27,7 @@ TEST(OracleAgreement, RecurrentAndChunkedAgreeOnTheGateSuite) {
   int i = 0;
   for (const cases::Case& c : cases::suite("gate")) {
     if (c.op() != "gdr" || c.get("cache") == "pool" || c.get("cache") == "spec") continue;
-    const GdrDims d = gdr_dims(c);
+    const ops::gdr::Params d = ops::gdr::decode(c);
     const cases::TensorMap in = cases::generate_inputs(c);
     const auto q = in.at("q").to_double(), k = in.at("k").to_double(), v = in.at("v").to_double(),
                g = in.at("g").to_double(), beta = in.at("beta").to_double();

@@ -18,8 +18,8 @@
 #include "harness/backends/right/rounding.h"
 #include "harness/backends/right/rule.h"
 #include "harness/compare.h"
-#include "harness/gdr_problem.h"
 #include "harness/runner.h"
+#include "ops/gdr/problem.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -134,7 +134,7 @@ struct Errors {
 
 // The panel's own FP64 recurrence over a single-call gdr case: o and final_state.
 Values own_fp64(const Case& c, const cases::TensorMap& in) {
-  const GdrDims d = gdr_dims(c);
+  const ops::gdr::Params d = ops::gdr::decode(c);
   const std::vector<int64_t> offs = right::sequence_offsets(in, d.B, d.T);
   const int64_t per = d.HV * d.K * d.V;
   Values v{{"o", std::vector<double>(d.B * d.T * d.HV * d.V, 0.0)},
@@ -251,7 +251,7 @@ TEST(RightBackends, DeterministicAndBatchInvariantBitForBit) {
     ASSERT_TRUE(backend->run(b.c, b.inputs, ob).ok());
     EXPECT_EQ(0, std::memcmp(oa.at("o").data(), oa2.at("o").data(), oa.at("o").nbytes()));
     // Tokens 70.. (sequence 2) and its final state do not see sequence 0's change.
-    const GdrDims d = gdr_dims(base);
+    const ops::gdr::Params d = ops::gdr::decode(base);
     const size_t row = oa.at("o").nbytes() / static_cast<size_t>(d.T), from = 70 * row;
     EXPECT_NE(0, std::memcmp(oa.at("o").data(), ob.at("o").data(), from)) << name;
     EXPECT_EQ(0, std::memcmp(static_cast<const char*>(oa.at("o").data()) + from,

@@ -20,7 +20,7 @@
 #include "cases/generate.h"
 #include "harness/backend.h"
 #include "harness/isolation.h"
-#include "harness/operation.h"
+#include "harness/op_names.h"
 #include "harness/runner.h"
 
 #if defined(__SANITIZE_ADDRESS__)

@@ -9,8 +9,8 @@
 
 #include "cases/suites.h"
 #include "harness/backend.h"
-#include "harness/gdr_problem.h"
 #include "harness/runner.h"
+#include "ops/gdr/problem.h"
 #include "reference/gated_delta_rule.h"
 
 namespace deltacheck::harness {
@@ -44,7 +44,7 @@ int nonempty_sequences(const Case& c) {
 // visible at all above the tolerance on a case (e.g. a carried state that an underflowing decay
 // wipes out before it can be seen is provably invisible).
 Verdict exact_wrong_verdict(const PreparedCase& pc, const std::string& bug) {
-  const GdrDims d = gdr_dims(pc.c);
+  const ops::gdr::Params d = ops::gdr::decode(pc.c);
   const auto cu = d.layout.cu_seqlens();
   const int64_t per = d.HV * d.K * d.V;
   const std::vector<double> q = pc.inputs.at("q").to_double(), k = pc.inputs.at("k").to_double(),

@@ -26,15 +26,16 @@ ALLOWED = {
     "kernels/cuda": BELOW_KERNELS,
     "kernels/torch": BELOW_KERNELS,
     "cases": ["core", "kernels/common"],
-    "harness": ["core", "reference", "cases", "kernels/common", "kernels/cpu"],
-    "golden": ["core", "cases", "harness"],
-    "reports": ["core", "cases", "harness", "golden"],
-    "harness/backends": ["core", "reference", "cases", "harness", "golden", "kernels/common",
-                         "kernels/cpu", "kernels/cuda", "kernels/torch"],
+    "ops": ["core", "reference", "cases", "kernels/common"],
+    "harness": ["core", "reference", "cases", "ops", "kernels/common", "kernels/cpu"],
+    "golden": ["core", "cases", "ops", "harness"],
+    "reports": ["core", "cases", "ops", "harness", "golden"],
+    "harness/backends": ["core", "reference", "cases", "ops", "harness", "golden",
+                         "kernels/common", "kernels/cpu", "kernels/cuda", "kernels/torch"],
     "tools/deltacheck": ["deltacheck"],
-    "include": ["core", "cases", "harness", "reports", "golden", "deltacheck"],
-    "api": ["core", "cases", "harness", "harness/backends", "reports", "golden", "deltacheck",
-            "include", "kernels/common", "kernels/cpu"],
+    "include": ["core", "cases", "ops", "harness", "reports", "golden", "deltacheck"],
+    "api": ["core", "cases", "ops", "harness", "harness/backends", "reports", "golden",
+            "deltacheck", "include", "kernels/common", "kernels/cpu"],
 }
 SUFFIXES = (".h", ".cc", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
@@ -90,6 +91,8 @@ def self_test():
         for rel, text in [("core/a.h", '#include "core/b.h"\n'),
                           ("reference/r.h", '#include "core/a.h"\n#include "kernels/cpu/k.h"\n'),
                           ("kernels/cpu/k.h", '#include "harness/runner.h"\n'),
+                          ("cases/c.h", '#include "ops/registry.h"\n'),
+                          ("ops/gdr/o.h", '#include "cases/case.h"\n#include "harness/runner.h"\n'),
                           ("tools/deltacheck/t.cc",
                            '#include "deltacheck/runner.h"\n#include "harness/runner.h"\n')]:
             os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
@@ -98,8 +101,10 @@ def self_test():
         found = problems(d)
         assert any(p.startswith("reference/r.h:2:") for p in found), found
         assert any(p.startswith("kernels/cpu/k.h:1:") for p in found), found
+        assert any(p.startswith("cases/c.h:1:") for p in found), found
+        assert any(p.startswith("ops/gdr/o.h:2:") for p in found), found
         assert any(p.startswith("tools/deltacheck/t.cc:2:") for p in found), found
-        assert len(found) == 3, found
+        assert len(found) == 5, found
     print("check_layers self-test: ok")
     return 0
 

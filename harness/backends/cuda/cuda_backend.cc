@@ -8,9 +8,10 @@
 #include <string>
 
 #include "cases/case.h"
-#include "harness/gdr_problem.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gated_delta_rule.h"
+#include "ops/gdr/problem.h"
+#include "ops/mask/params.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -18,12 +19,7 @@ namespace {
 // gdr: every cache mode. chunked and dynamic reach run() as the prefill and decode calls the
 // harness drives (harness/call_plan.h); the shapes must suit the kernels.
 Support gdr_support(const cases::Case& c) {
-  const std::string cache = c.get("cache");
-  bool known = false;
-  for (const char* m : {"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec"})
-    known = known || cache == m;
-  if (!known) return Support::No("cuda backend: gdr cache mode '" + cache + "' not implemented");
-  const GdrDims d = gdr_dims(c);
+  const ops::gdr::Params d = ops::gdr::decode(c);  // every cache mode
   // The kernels' own host-side check, on placeholder pointers (it reads only shapes, dtype and
   // which pointers are set).
   static const char placeholder = 0;
@@ -48,14 +44,19 @@ Support gdr_support(const cases::Case& c) {
 }
 
 Support mask_support(const cases::Case& c) {
-  if (c.op() == "mask") {
-    if (c.get("format") == "bool") return Support::Yes();
-    return Support::No("kernels/cuda builds boolean masks only (format=" + c.get("format") + ")");
+  using ops::mask::Format;
+  using ops::mask::Source;
+  const ops::mask::Params d = ops::mask::decode(c);
+  if (d.op == ops::mask::Op::kMask) {
+    if (d.format == Format::kBool) return Support::Yes();
+    return Support::No(std::string("kernels/cuda builds boolean masks only (format=") +
+                       ops::mask::kFormatNames[static_cast<size_t>(d.format)] + ")");
   }
-  if (c.op() == "segments") {
-    if (c.get("source") == "position") return Support::Yes();
+  if (d.op == ops::mask::Op::kSegments) {
+    if (d.source == Source::kPosition) return Support::Yes();
     return Support::No(
-        "kernels/cuda derives segments from position_ids only (source=" + c.get("source") + ")");
+        std::string("kernels/cuda derives segments from position_ids only (source=") +
+        ops::mask::kSourceNames[static_cast<size_t>(d.source)] + ")");
   }
   return Support::No("kernels/cuda has no per-layer-type mask builder (op '" + c.op() + "')");
 }

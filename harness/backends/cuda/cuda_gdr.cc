@@ -9,9 +9,9 @@
 
 #include "harness/backends/cuda/cuda_backend.h"
 #include "harness/backends/cuda/device_tensors.h"
-#include "harness/gdr_problem.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gated_delta_rule.h"
+#include "ops/gdr/problem.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -22,7 +22,7 @@ using kernels::cuda::cuda_status;
 namespace kc = kernels::cuda;
 
 // Kernel parameters pointing into the device mirrors of the case's inputs and outputs.
-kernels::GatedDeltaRuleParams device_params(const GdrDims& d, const DeviceTensors& in,
+kernels::GatedDeltaRuleParams device_params(const ops::gdr::Params& d, const DeviceTensors& in,
                                             const DeviceTensors& out) {
   kernels::GatedDeltaRuleParams p;
   p.batch = d.B;
@@ -68,11 +68,11 @@ kc::RecurrentDecodeParams decode_params(const kernels::GatedDeltaRuleParams& g, 
 
 // Queues the kernels of the case on `stream` (the outputs' mirrors already hold the runner's
 // poisoned buffers).
-Status launch(const cases::Case& c, const GdrDims& d, const DeviceTensors& in,
-              const DeviceTensors& out, cudaStream_t stream) {
-  const std::string cache = c.get("cache");
+Status launch(const ops::gdr::Params& d, const DeviceTensors& in, const DeviceTensors& out,
+              cudaStream_t stream) {
+  using ops::gdr::Cache;
   kernels::GatedDeltaRuleParams p = device_params(d, in, out);
-  if (cache == "pool" || cache == "spec") {
+  if (d.pooled()) {
     // In place on the output pool, which starts as a copy of the input pool.
     const DeviceTensor& pool_in = in.at("state_pool");
     const DeviceTensor& pool = out.at("state_pool");
@@ -86,9 +86,9 @@ Status launch(const cases::Case& c, const GdrDims& d, const DeviceTensors& in,
     p.num_state_rows = static_cast<int64_t>(pool.nbytes() / sizeof(float)) / (d.HV * d.K * d.V);
     if (Status st = kc::validate_sequence_layout(p, stream); !st.ok()) return st;
     // A pool call with one token per sequence is a decode batch: the decode kernel with slots.
-    if (cache == "pool" && !one_token_per_sequence(d))
+    if (d.cache == Cache::kPool && !ops::gdr::one_token_per_sequence(d))
       return kc::chunked_gated_delta_rule(p, stream);
-    kc::RecurrentDecodeParams r = decode_params(p, cache == "spec" ? d.T : 1);
+    kc::RecurrentDecodeParams r = decode_params(p, d.cache == Cache::kSpec ? d.T : 1);
     r.state = pool.as<float>();
     r.state_slots = p.state_slots;
     r.num_state_rows = p.num_state_rows;
@@ -96,7 +96,7 @@ Status launch(const cases::Case& c, const GdrDims& d, const DeviceTensors& in,
     return kc::recurrent_decode(r, stream);
   }
   if (Status st = kc::validate_sequence_layout(p, stream); !st.ok()) return st;
-  if (cache == "decode") {
+  if (d.cache == Cache::kDecode) {
     // The decode kernel updates a state in place: the final state, starting as the initial one.
     const DeviceTensor& state = out.at("final_state");
     const cudaError_t err = p.initial_state
@@ -114,13 +114,13 @@ Status launch(const cases::Case& c, const GdrDims& d, const DeviceTensors& in,
 }  // namespace
 
 Status run_cuda_gdr_case(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) {
-  const GdrDims d = gdr_dims(c);
+  const ops::gdr::Params d = ops::gdr::decode(c);
   cuda_backend::Stream stream;
   if (Status st = stream.create(); !st.ok()) return st;
   DeviceTensors din, dout;
   if (Status st = din.upload(in, stream.get()); !st.ok()) return st;
   if (Status st = dout.upload(out, stream.get()); !st.ok()) return st;
-  Status launched = launch(c, d, din, dout, stream.get());
+  Status launched = launch(d, din, dout, stream.get());
   // Whatever happened, wait for the queued work before the buffers are freed; a kernel's
   // asynchronous failure surfaces in the synchronization.
   Status synced = stream.synchronize();

@@ -18,8 +18,8 @@
 #include "harness/backends/cuda/device_tensors.h"
 #include "harness/backends/mask_builders.h"
 #include "harness/mask_adapter.h"
-#include "harness/mask_problem.h"
 #include "kernels/cuda/mask.h"
+#include "ops/mask/problem.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -92,7 +92,7 @@ Status launch_segments(const MaskProblem& p, const DeviceTensors& out, DeviceBuf
   return kc::segments_from_position_ids(s, stream);
 }
 
-// The outputs are fixed-size (harness/mask_problem.h): entries of cu_seqlens past the count
+// The outputs are fixed-size (ops/mask/problem.h): entries of cu_seqlens past the count
 // repeat the token count, which the kernel leaves to its caller.
 Status finish_segments(const MaskProblem& p, cases::TensorMap& out) {
   const int64_t n = p.rows * p.len;

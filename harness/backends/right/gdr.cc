@@ -8,7 +8,7 @@
 #include "harness/backends/right/panel.h"
 #include "harness/backends/right/rounding.h"
 #include "harness/backends/right/rule.h"
-#include "harness/gdr_problem.h"
+#include "ops/gdr/problem.h"
 
 namespace deltacheck::harness::right {
 
@@ -75,7 +75,7 @@ std::vector<T> token_rows(const cases::Tensor& t, int64_t begin, int64_t n, int6
 template <typename T>
 SequenceInputs<T> gdr_sequence(const cases::Case& c, const cases::TensorMap& in, int64_t begin,
                                int64_t length) {
-  const GdrDims d = gdr_dims(c);
+  const ops::gdr::Params d = ops::gdr::decode(c);
   SequenceInputs<T> x;
   x.length = length, x.H = d.H, x.HV = d.HV, x.K = d.K, x.V = d.V, x.l2 = d.l2;
   x.q = token_rows<T>(in.at("q"), begin, length, d.H * d.K);
@@ -97,7 +97,7 @@ template SequenceInputs<double> gdr_sequence<double>(const cases::Case&, const c
 
 Status run_gdr(Formulation f, const cases::Case& c, const cases::TensorMap& in,
                cases::TensorMap& out) {
-  const GdrDims d = gdr_dims(c);
+  const ops::gdr::Params d = ops::gdr::decode(c);
   const std::vector<int64_t> offs = sequence_offsets(in, d.B, d.T);
   const int64_t n = static_cast<int64_t>(offs.size()) - 1, per = d.HV * d.K * d.V;
   if (n != d.N) return Status::InvalidArgument("cu_seqlens does not match the layout");

@@ -9,6 +9,7 @@
 
 #include "harness/backends/right/panel.h"
 #include "harness/backends/right/rounding.h"
+#include "ops/layer/params.h"
 
 namespace deltacheck::harness::right {
 namespace {
@@ -33,8 +34,9 @@ std::vector<float> floats(const cases::Tensor* t) {
 Status run_layer(Formulation f, const cases::Case& c, const cases::TensorMap& in,
                  cases::TensorMap& out) {
   const cases::Tensor &qkv = in.at("qkv"), &z = in.at("z"), &a = in.at("a"), &b = in.at("b");
-  const int64_t T = qkv.shape()[1], D = qkv.shape()[2], H = c.get_int("H"), HV = c.get_int("HV"),
-                K = c.get_int("K"), V = c.get_int("V"), W = c.get_int("W");
+  const ops::layer::Params d = ops::layer::decode(c);
+  const int64_t T = qkv.shape()[1], D = qkv.shape()[2], H = d.H, HV = d.HV, K = d.K, V = d.V,
+                W = d.W;
   if (D != 2 * H * K + HV * V) return Status::InvalidArgument("qkv channels != 2 H K + HV V");
   const cases::DType act = qkv.dtype();
   const std::vector<float> weight = floats(&in.at("conv_weight")),

@@ -13,9 +13,10 @@
 
 #include "harness/backends/torch/aten_tensors.h"
 #include "harness/backends/torch/torch_mask_adapter.h"
-#include "harness/gdr_problem.h"
 #include "kernels/torch/gated_delta_rule.h"
 #include "kernels/torch/linear_attention_layer.h"
+#include "ops/gdr/problem.h"
+#include "ops/layer/params.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -37,12 +38,7 @@ struct TorchOp {
 // chunked and dynamic are driven by the harness (harness/call_plan.h) as prefill and decode calls
 // with the state carried between them; pool and spec read and write a slot-addressed state pool,
 // gathered and scattered here around the kernels, as a framework without pooled kernels does.
-Support gdr_supports(const Case& c) {
-  const std::string cache = c.get("cache");
-  for (const char* m : {"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec"})
-    if (cache == m) return Support::Yes();
-  return Support::No("torch backend: gdr cache mode '" + cache + "' not implemented");
-}
+Support gdr_supports(const Case&) { return Support::Yes(); }  // every cache mode
 
 struct GdrTensors {
   at::Tensor q, k, v, g, beta;
@@ -58,7 +54,7 @@ GdrTensors gdr_tensors(const Case& c, const TensorMap& in, const c10::Device& de
           to_aten(in.at("beta"), device),
           optional_input(in, "cu_seqlens", device),
           optional_input(in, "initial_state", device),
-          c.get_bool("l2")};
+          ops::gdr::decode(c).l2};
 }
 
 // Prefill through the chunked form, decode calls (one token per sequence) through the recurrence.
@@ -97,7 +93,8 @@ Status gdr_run_pooled_decode(const Case& c, const TensorMap& in, TensorMap& out,
 // cache=spec: the draft tokens one recurrent step at a time, keeping the state after each.
 Status gdr_run_pooled(const Case& c, const TensorMap& in, TensorMap& out,
                       const c10::Device& device) {
-  if (c.get("cache") == "pool" && one_token_per_sequence(gdr_dims(c)))
+  const ops::gdr::Params d = ops::gdr::decode(c);
+  if (d.cache == ops::gdr::Cache::kPool && ops::gdr::one_token_per_sequence(d))
     return gdr_run_pooled_decode(c, in, out, device);
   GdrTensors t = gdr_tensors(c, in, device);
   const at::Tensor pool = to_aten(in.at("state_pool"), device);
@@ -105,7 +102,7 @@ Status gdr_run_pooled(const Case& c, const TensorMap& in, TensorMap& out,
   const at::Tensor used = slots.ge(0).nonzero().squeeze(1);
   t.initial_state = pool.index_select(0, slots.clamp_min(0));
   at::Tensor o, last_state;
-  if (c.get("cache") == "spec") {
+  if (d.cache == ops::gdr::Cache::kSpec) {
     const int64_t drafts = t.q.size(1);
     std::vector<at::Tensor> outputs, states;
     const GdrTensors all = t;
@@ -135,10 +132,11 @@ Status gdr_run_pooled(const Case& c, const TensorMap& in, TensorMap& out,
 }
 
 Status gdr_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::Device& device) {
-  const std::string cache = c.get("cache");
-  if (cache == "pool" || cache == "spec") return gdr_run_pooled(c, in, out, device);
+  const ops::gdr::Params d = ops::gdr::decode(c);
+  if (d.pooled()) return gdr_run_pooled(c, in, out, device);
   cases::Tensor* final_state = out.find("final_state");
-  const auto r = gdr_call(gdr_tensors(c, in, device), cache == "decode", final_state != nullptr);
+  const auto r = gdr_call(gdr_tensors(c, in, device), d.cache == ops::gdr::Cache::kDecode,
+                          final_state != nullptr);
   if (Status st = copy_output(r.output, out.at("o"), "o"); !st.ok()) return st;
   if (final_state) return copy_output(r.final_state, *final_state, "final_state");
   return Status::Ok();
@@ -158,29 +156,25 @@ Status mask_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::D
 
 // ---- layer: kernels::torch::linear_attention_layer ------------------------------------------
 
-Support layer_supports(const Case& c) {
-  const std::string cache = c.get("cache");
-  for (const char* m : {"none", "prefill", "decode", "chunked", "dynamic"})
-    if (cache == m) return Support::Yes();
-  return Support::No("torch backend: layer cache mode '" + cache + "' not implemented");
-}
+Support layer_supports(const Case&) { return Support::Yes(); }  // every cache mode
 
 // Tokens are [1, T, ...] in the case and [T, ...] for the kernel; decode calls (one token per
 // sequence) take the decode step: causal_conv1d_update and the recurrence.
 Status layer_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::Device& device) {
   auto tokens = [&](const char* name) { return to_aten(in.at(name), device).squeeze(0); };
+  const ops::layer::Params d = ops::layer::decode(c);
   kernels::torch::LinearAttentionWeights w;
-  w.num_heads = c.get_int("H");
-  w.num_value_heads = c.get_int("HV");
-  w.key_dim = c.get_int("K");
-  w.value_dim = c.get_int("V");
+  w.num_heads = d.H;
+  w.num_value_heads = d.HV;
+  w.key_dim = d.K;
+  w.value_dim = d.V;
   w.conv_weight = to_aten(in.at("conv_weight"), device);
   if (const auto bias = optional_input(in, "conv_bias", device)) w.conv_bias = *bias;
   w.A_log = to_aten(in.at("A_log"), device);
   w.dt_bias = to_aten(in.at("dt_bias"), device);
   w.norm_weight = to_aten(in.at("norm_weight"), device);
-  const auto form = c.get("cache") == "decode" ? kernels::torch::GdrForm::kDecode
-                                               : kernels::torch::GdrForm::kChunked;
+  const auto form = d.cache == ops::layer::Cache::kDecode ? kernels::torch::GdrForm::kDecode
+                                                          : kernels::torch::GdrForm::kChunked;
   const auto r = kernels::torch::linear_attention_layer(
       tokens("qkv"), tokens("z"), tokens("a"), tokens("b"), w,
       optional_input(in, "cu_seqlens", device), optional_input(in, "initial_state", device),

@@ -3,10 +3,10 @@
 
 #include <exception>
 
-#include "cases/mask_case.h"
 #include "harness/mask_adapter.h"
 #include "kernels/common/mask_builder_api.h"
 #include "kernels/torch/mask_builder.h"
+#include "ops/mask/params.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -15,7 +15,7 @@ DELTACHECK_MASK_BUILDER_API(TorchMaskApi, kernels::torch);
 
 }  // namespace
 
-bool torch_mask_supports(const cases::Case& c) { return cases::is_mask_op(c.op()); }
+bool torch_mask_supports(const cases::Case& c) { return ops::mask::is_mask_op(c.op()); }
 
 Status run_torch_mask_case(const cases::Case& c, const cases::TensorMap& in,
                            cases::TensorMap& out) {

@@ -1,7 +1,7 @@
 // The LibTorch mask builder (kernels/torch/mask_builder: ATen tensor ops and broadcasting, the way
 // Python frameworks build masks) behind the harness: the `torch` backend calls these two for the
 // mask, layers and segments ops. The builder runs on the CPU whatever --device says (its API
-// takes and returns host buffers). Outputs as harness/mask_problem.h lays them out.
+// takes and returns host buffers). Outputs as ops/mask/problem.h lays them out.
 #pragma once
 
 #include "cases/case.h"

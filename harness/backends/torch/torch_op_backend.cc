@@ -18,6 +18,7 @@
 #include "harness/backends/torch/aten_tensors.h"
 #include "harness/backends/torch/torch_backend.h"
 #include "harness/backends/torch/torch_op_convention.h"
+#include "ops/gdr/params.h"
 
 namespace deltacheck::harness {
 
@@ -123,11 +124,10 @@ class TorchOpBackend : public Backend {
       return Support::No("torch-op calls gated delta rule operators only (not '" + c.op() + "')");
     // chunked and dynamic reach the operator as prefill and decode calls (harness/call_plan.h);
     // the convention has no state slots for pool and spec.
-    const std::string cache = c.get("cache");
-    if (cache == "pool" || cache == "spec" ||
-        (cache != "none" && cache != "prefill" && cache != "decode" && cache != "chunked" &&
-         cache != "dynamic"))
-      return Support::No("torch-op: the calling convention has no cache mode '" + cache + "'");
+    const ops::gdr::Params p = ops::gdr::decode(c);
+    if (p.pooled())
+      return Support::No(std::string("torch-op: the calling convention has no cache mode '") +
+                         ops::gdr::name(p.cache) + "'");
     const torch_bridge::DeviceChoice& d = device();
     if (!d.device) return Support::No(d.why_not);
     return Support::Yes();
@@ -156,8 +156,9 @@ class TorchOpBackend : public Backend {
     for (const char* name : {"q", "k", "v", "g", "beta"}) stack.emplace_back(input(name));
     stack.emplace_back(optional("cu_seqlens"));
     stack.emplace_back(optional("initial_state"));
-    stack.emplace_back(1.0 / std::sqrt(static_cast<double>(c.get_int("K"))));
-    stack.emplace_back(c.get_bool("l2"));
+    const ops::gdr::Params p = ops::gdr::decode(c);
+    stack.emplace_back(1.0 / std::sqrt(static_cast<double>(p.K)));
+    stack.emplace_back(p.l2);
     handle_->callBoxed(stack);
 
     if (stack.size() != 2)

@@ -6,12 +6,12 @@
 
 #include <set>
 
-#include "cases/mask_case.h"
 #include "cases/suites.h"
 #include "harness/backend.h"
 #include "harness/backends/torch/torch_backend.h"
 #include "harness/backends/torch/torch_mask_adapter.h"
 #include "harness/runner.h"
+#include "ops/mask/params.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -35,7 +35,7 @@ std::vector<Case> mask_cases() {
   std::set<std::string> seen;
   for (const char* s : {"smoke", "gate"})
     for (const Case& c : cases::suite(s))
-      if (cases::is_mask_op(c.op()) && seen.insert(c.id()).second) out.push_back(c);
+      if (ops::mask::is_mask_op(c.op()) && seen.insert(c.id()).second) out.push_back(c);
   return out;
 }
 

@@ -1,10 +1,10 @@
 // Repacking sequences of a case.
-#include "harness/repack.h"
+#include "ops/repack.h"
 
 #include <cstring>
 #include <stdexcept>
 
-namespace deltacheck::harness {
+namespace deltacheck::ops {
 namespace {
 
 std::string layout_of(const std::vector<Piece>& pieces) {
@@ -52,7 +52,7 @@ std::vector<double> row_values(const std::vector<double>& v, int64_t total_rows,
 Repacked repack(const cases::Case& c, const cases::TensorMap& in, const std::vector<Piece>& pieces,
                 const std::vector<std::pair<std::string, std::string>>& overrides) {
   const Operation& op = operation_for(c);
-  const cases::Layout L = cases::Layout::parse(c.get("layout"));
+  const cases::Layout& L = c.layout();
   const int64_t total = L.total_tokens(), n = L.num_seqs();
   auto changes = overrides;
   changes.emplace_back("layout", layout_of(pieces));
@@ -98,4 +98,4 @@ Repacked repack(const cases::Case& c, const cases::TensorMap& in, const std::vec
   return r;
 }
 
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::ops

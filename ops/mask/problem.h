@@ -1,4 +1,4 @@
-// Reads a mask, layers or segments case (cases/mask_case.cc) and its inputs into the plain form the
+// Reads a mask, layers or segments case (ops/mask/case.cc) and its inputs into the plain form the
 // mask builders and the reference take, and fixes the outputs each op produces:
 //   mask      mask [B,1,q,kv] (u8, or the dtype for additive formats), needed [1] (u8),
 //             fully_masked [B,q] (u8)
@@ -22,10 +22,10 @@
 
 #include "cases/case.h"
 #include "cases/tensor.h"
-#include "harness/operation.h"
+#include "ops/operation.h"
 #include "reference/mask.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::ops::mask {
 
 // Output codes of layers' mask_kind.
 enum class LayerOutputKind : uint8_t { kAttention = 0, kValidity = 1, kNone = 2 };
@@ -67,4 +67,4 @@ reference::MaskSpec reference_spec(const MaskProblem& p);
 // The additive fill value the reference expects for a mask case.
 reference::AdditiveFill reference_fill(const MaskProblem& p);
 
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::ops::mask

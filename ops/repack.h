@@ -10,9 +10,9 @@
 
 #include "cases/case.h"
 #include "cases/tensor.h"
-#include "harness/operation.h"
+#include "ops/operation.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::ops {
 
 // Tokens [offset, offset + length) of sequence `seq`, as one sequence of the repacked case.
 struct Piece {
@@ -44,4 +44,4 @@ std::vector<double> row_values(const std::vector<double>& v, int64_t total_rows,
 // Row index of token `offset` of sequence `seq` in a layout's flat token order.
 int64_t token_row(const cases::Layout& layout, int64_t seq, int64_t offset);
 
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::ops

@@ -5,28 +5,26 @@
 // (rule_baselines below). Pool and spec cases are evaluated as plain
 // prefills of repacked sequences (a sequence per pool entry, a prefix per draft token), so one
 // code path computes every expectation.
+#include "ops/operation.h"
+
 #include <functional>
 #include <stdexcept>
 
-#include "cases/gdr_case.h"
-#include "harness/gdr_problem.h"
-#include "harness/operation.h"
-#include "harness/repack.h"
+#include "ops/gdr/params.h"
+#include "ops/repack.h"
 #include "reference/gated_delta_rule.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::ops::gdr {
 namespace {
 
 using cases::DType;
 using cases::Tensor;
 using cases::TensorMap;
 
-bool pooled(const cases::Case& c) { return c.get("cache") == "pool" || c.get("cache") == "spec"; }
-
 // The reference arguments of a (non-pool) case; `buffers` keeps the FP64 copies alive.
 reference::GatedDeltaRuleArgs reference_args(const cases::Case& c, const TensorMap& in,
                                              std::vector<std::vector<double>>& buffers) {
-  const GdrDims d = gdr_dims(c);
+  const Params d = decode(c);
   auto values = [&](const Tensor& t) {
     buffers.push_back(t.to_double());
     return buffers.back().data();
@@ -66,8 +64,8 @@ using Evaluate = std::function<Values(const cases::Case&, const TensorMap&)>;
 // Pool and spec cases through a prefill evaluation: every entry's (or draft prefix's) initial
 // state is its pool row; results are scattered back into the pool.
 Values evaluate_pooled(const cases::Case& c, const TensorMap& in, Evaluate eval) {
-  const GdrDims d = gdr_dims(c);
-  const bool spec = c.get("cache") == "spec";
+  const Params d = decode(c);
+  const bool spec = d.cache == Cache::kSpec;
   const int32_t* slots = in.at("state_slots").as<int32_t>();
   const Tensor& pool = in.at("state_pool");
   const int64_t per = d.HV * d.K * d.V;
@@ -114,16 +112,16 @@ Values evaluate_pooled(const cases::Case& c, const TensorMap& in, Evaluate eval)
 class GdrOperation : public Operation {
  public:
   std::vector<OutputSpec> outputs(const cases::Case& c) const override {
-    const GdrDims d = gdr_dims(c);
+    const Params d = decode(c);
     std::vector<OutputSpec> o{{"o", d.dtype, {d.B, d.T, d.HV, d.V}}};
     // States are fp32, computed from activations of the case's dtype by kernels that may read
     // them as matmul operands of that dtype: their tolerance follows the activation dtype.
-    if (!pooled(c)) {
+    if (!d.pooled()) {
       if (d.final_state) o.push_back({"final_state", DType::kF32, {d.N, d.HV, d.K, d.V}, d.dtype});
       return o;
     }
-    const std::vector<int32_t> slots = cases::gdr_pool_slots(c);
-    const int64_t rows = cases::gdr_pool_size(c), per = d.HV * d.K * d.V;
+    const std::vector<int32_t> slots = pool_slots(d);
+    const int64_t rows = pool_size(d), per = d.HV * d.K * d.V;
     OutputSpec pool{"state_pool", DType::kF32, {rows, d.HV, d.K, d.V}, d.dtype};
     std::vector<bool> used(static_cast<size_t>(rows), false);
     for (int64_t s = 0; s < d.N; ++s) {
@@ -139,7 +137,7 @@ class GdrOperation : public Operation {
         pool.must_be_unchanged.push_back(
             {r * per, (r + 1) * per, "slot " + std::to_string(r) + " (addressed by nobody)"});
     o.push_back(pool);
-    if (c.get("cache") == "spec")
+    if (d.cache == Cache::kSpec)
       o.push_back({"token_states", DType::kF32, {d.N, d.T, d.HV, d.K, d.V}, d.dtype});
     return o;
   }
@@ -151,19 +149,21 @@ class GdrOperation : public Operation {
   std::vector<Baseline> baselines(const cases::Case& c, const TensorMap& in,
                                   MatmulPrecision precision) const override {
     std::vector<Baseline> out;
-    for (const reference::Arithmetic& how : rule_baselines(gdr_dims(c).dtype, precision))
+    for (const reference::Arithmetic& how : rule_baselines(decode(c).dtype, precision))
       out.push_back(baseline_of(c, in, how));
     return out;
   }
 
   Baseline baseline(const cases::Case& c, const TensorMap& in, MatmulPrecision precision,
                     size_t i) const override {
-    return baseline_of(c, in, rule_baselines(gdr_dims(c).dtype, precision).at(i));
+    return baseline_of(c, in, rule_baselines(decode(c).dtype, precision).at(i));
   }
 
   std::vector<SeqSlice> slices(const cases::Case& c, const std::string& output) const override {
-    const GdrDims d = gdr_dims(c);
+    const Params d = decode(c);
     const int64_t per_state = d.HV * d.K * d.V;
+    const std::vector<int32_t> slots =
+        output == "state_pool" ? pool_slots(d) : std::vector<int32_t>{};
     std::vector<SeqSlice> s;
     for (int64_t i = 0; i < d.N; ++i) {
       const int64_t b = token_row(d.layout, i, 0), len = d.layout.lengths[i];
@@ -172,7 +172,7 @@ class GdrOperation : public Operation {
       } else if (output == "token_states") {
         s.push_back({i, i * d.T * per_state, (i + 1) * d.T * per_state, per_state});
       } else if (output == "state_pool") {
-        const int32_t slot = cases::gdr_pool_slots(c)[i];
+        const int32_t slot = slots[i];
         if (slot >= 0)
           s.push_back({i, slot * per_state, (slot + 1) * per_state, 0});
         else
@@ -185,7 +185,7 @@ class GdrOperation : public Operation {
   }
 
   std::vector<int64_t> sequence_lengths(const cases::Case& c) const override {
-    return gdr_dims(c).layout.lengths;
+    return decode(c).layout.lengths;
   }
 
   TensorMajor major(const std::string& t) const override {
@@ -196,12 +196,20 @@ class GdrOperation : public Operation {
     return TensorMajor::kNone;
   }
 
-  bool repackable(const cases::Case& c) const override { return !pooled(c); }
+  bool repackable(const cases::Case& c) const override { return !decode(c).pooled(); }
 
   std::vector<std::pair<std::string, std::string>> carried_states(
       const cases::Case& c) const override {
-    if (c.get("cache") == "none" || pooled(c)) return {};
+    const Params d = decode(c);
+    if (d.cache == Cache::kNone || d.pooled()) return {};
     return {{"final_state", "initial_state"}};
+  }
+
+  CallMode call_mode(const cases::Case& c) const override {
+    const Params d = decode(c);
+    if (d.cache == Cache::kChunked) return {CallMode::Kind::kChunked, d.calls};
+    if (d.cache == Cache::kDynamic) return {CallMode::Kind::kDynamic, d.calls};
+    return {};
   }
 
  private:
@@ -215,18 +223,19 @@ class GdrOperation : public Operation {
   }
 
   Values evaluate(const cases::Case& c, const TensorMap& in, Evaluate eval) const {
-    if (pooled(c)) return evaluate_pooled(c, in, eval);
+    const Params d = decode(c);
+    if (d.pooled()) return evaluate_pooled(c, in, eval);
     Values v = eval(c, in);
-    if (!gdr_dims(c).final_state) v.erase("final_state");
+    if (!d.final_state) v.erase("final_state");
     return v;
   }
 };
 
 }  // namespace
 
-const Operation& gdr_operation() {
+const Operation& operation() {
   static const GdrOperation op;
   return op;
 }
 
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::ops::gdr

@@ -2,47 +2,25 @@
 // final_conv_state [N,D,W-1] (fp32). Oracle: reference::linear_attention_layer in FP64. Baseline:
 // the same composition in the case's precision — FP64 reference pieces with the activations
 // rounded to the dtype between steps, as a model keeps them, and each of the rule's fp32 baseline
-// formulations (harness/tolerance.h, rule_baselines) for the rule.
+// formulations (ops/precision.h, rule_baselines) for the rule.
+#include "ops/operation.h"
+
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
 
-#include "harness/operation.h"
+#include "ops/layer/params.h"
 #include "reference/causal_conv1d.h"
 #include "reference/gated_rms_norm.h"
 #include "reference/gates.h"
 #include "reference/linear_attention_layer.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::ops::layer {
 namespace {
 
 using cases::DType;
 using cases::Tensor;
 using cases::TensorMap;
-
-struct Dims {
-  cases::Layout L;
-  int64_t T, N, H, HV, K, V, W, D;
-  DType dtype;
-  bool states;
-};
-
-Dims dims(const cases::Case& c) {
-  Dims d;
-  d.L = cases::Layout::parse(c.get("layout"));
-  d.T = d.L.total_tokens();
-  d.N = d.L.num_seqs();
-  d.H = c.get_int("H");
-  d.HV = c.get_int("HV");
-  d.K = c.get_int("K");
-  d.V = c.get_int("V");
-  d.W = c.get_int("W");
-  d.D = 2 * d.H * d.K + d.HV * d.V;
-  const std::string dt = c.get("dtype");
-  d.dtype = dt == "bf16" ? DType::kBF16 : dt == "fp16" ? DType::kF16 : DType::kF32;
-  d.states = c.get("cache") != "none";
-  return d;
-}
 
 std::vector<double> values(const TensorMap& in, const std::string& name) {
   const Tensor* t = in.find(name);
@@ -61,7 +39,7 @@ void round_to(std::vector<double>& v, DType dtype) {
   }
 }
 
-std::vector<int64_t> cu_of(const TensorMap& in, const Dims& d) {
+std::vector<int64_t> cu_of(const TensorMap& in, const Params& d) {
   if (const Tensor* cu = in.find("cu_seqlens"))
     return std::vector<int64_t>(cu->as<int64_t>(), cu->as<int64_t>() + cu->numel());
   return {0, d.T};
@@ -70,10 +48,10 @@ std::vector<int64_t> cu_of(const TensorMap& in, const Dims& d) {
 class LayerOperation : public Operation {
  public:
   std::vector<OutputSpec> outputs(const cases::Case& c) const override {
-    const Dims d = dims(c);
+    const Params d = decode(c);
     // Four rounding stages (conv, gates, rule, norm) in the activation dtype: twice the ceiling.
     std::vector<OutputSpec> o{{"o", d.dtype, {1, d.T, d.HV, d.V}, std::nullopt, 2.0}};
-    if (d.states) {
+    if (d.states()) {
       // States are fp32, but the recurrent one is computed from activations in the case's dtype.
       o.push_back({"final_state", DType::kF32, {d.N, d.HV, d.K, d.V}, d.dtype, 2.0});
       o.push_back({"final_conv_state", DType::kF32, {d.N, d.D, d.W - 1}});
@@ -82,7 +60,7 @@ class LayerOperation : public Operation {
   }
 
   Values oracle(const cases::Case& c, const TensorMap& in) const override {
-    const Dims d = dims(c);
+    const Params d = decode(c);
     const auto qkv = values(in, "qkv"), z = values(in, "z"), a = values(in, "a"),
                b = values(in, "b"), cw = values(in, "conv_weight"), cb = values(in, "conv_bias"),
                alog = values(in, "A_log"), dtb = values(in, "dt_bias"),
@@ -103,7 +81,7 @@ class LayerOperation : public Operation {
     r.initial_conv_state = ptr(c0);
     auto res = reference::linear_attention_layer(r);
     Values out{{"o", std::move(res.output)}};
-    if (d.states) {
+    if (d.states()) {
       out["final_state"] = std::move(res.final_state);
       out["final_conv_state"] = std::move(res.final_conv_state);
     }
@@ -112,18 +90,18 @@ class LayerOperation : public Operation {
 
   std::vector<Baseline> baselines(const cases::Case& c, const TensorMap& in,
                                   MatmulPrecision precision) const override {
-    return baselines_of(c, in, rule_baselines(dims(c).dtype, precision));
+    return baselines_of(c, in, rule_baselines(decode(c).dtype, precision));
   }
 
   Baseline baseline(const cases::Case& c, const TensorMap& in, MatmulPrecision precision,
                     size_t i) const override {
-    return baselines_of(c, in, {rule_baselines(dims(c).dtype, precision).at(i)}).at(0);
+    return baselines_of(c, in, {rule_baselines(decode(c).dtype, precision).at(i)}).at(0);
   }
 
   // The layer with the rule computed each way in `hows`; conv, gates and norm are the same in each.
   std::vector<Baseline> baselines_of(const cases::Case& c, const TensorMap& in,
                                      const std::vector<reference::Arithmetic>& hows) const {
-    const Dims d = dims(c);
+    const Params d = decode(c);
     const auto cu = cu_of(in, d);
     const auto qkv = values(in, "qkv"), z = values(in, "z"), a = values(in, "a"),
                b = values(in, "b"), cw = values(in, "conv_weight"), cb = values(in, "conv_bias"),
@@ -176,7 +154,7 @@ class LayerOperation : public Operation {
       std::vector<double> y = reference::gated_rms_norm(na);
       round_to(y, d.dtype);
       Values vals{{"o", std::move(y)}};
-      if (d.states) {
+      if (d.states()) {
         vals["final_state"] = std::move(rule.final_state);
         vals["final_conv_state"] = conv.final_state;
       }
@@ -186,8 +164,8 @@ class LayerOperation : public Operation {
   }
 
   std::vector<SeqSlice> slices(const cases::Case& c, const std::string& output) const override {
-    const Dims d = dims(c);
-    const auto cu = d.L.cu_seqlens();
+    const Params d = decode(c);
+    const auto cu = d.layout.cu_seqlens();
     const int64_t per = output == "o"             ? d.HV * d.V
                         : output == "final_state" ? d.HV * d.K * d.V
                                                   : d.D * (d.W - 1);
@@ -202,7 +180,7 @@ class LayerOperation : public Operation {
   }
 
   std::vector<int64_t> sequence_lengths(const cases::Case& c) const override {
-    return dims(c).L.lengths;
+    return decode(c).layout.lengths;
   }
 
   TensorMajor major(const std::string& t) const override {
@@ -217,16 +195,23 @@ class LayerOperation : public Operation {
 
   std::vector<std::pair<std::string, std::string>> carried_states(
       const cases::Case& c) const override {
-    if (c.get("cache") == "none") return {};
+    if (!decode(c).states()) return {};
     return {{"final_state", "initial_state"}, {"final_conv_state", "initial_conv_state"}};
+  }
+
+  CallMode call_mode(const cases::Case& c) const override {
+    const Params d = decode(c);
+    if (d.cache == Cache::kChunked) return {CallMode::Kind::kChunked, d.calls};
+    if (d.cache == Cache::kDynamic) return {CallMode::Kind::kDynamic, d.calls};
+    return {};
   }
 };
 
 }  // namespace
 
-const Operation& layer_operation() {
+const Operation& operation() {
   static const LayerOperation op;
   return op;
 }
 
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::ops::layer

@@ -1,12 +1,12 @@
 // Mask, layers and segments cases read into raw form; their output shapes.
-#include "harness/mask_problem.h"
+#include "ops/mask/problem.h"
 
 #include <algorithm>
 #include <stdexcept>
 
-#include "cases/mask_case.h"
+#include "ops/mask/params.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::ops::mask {
 namespace {
 
 using cases::DType;
@@ -21,28 +21,23 @@ const cases::Tensor* input(const cases::TensorMap& in, const std::string& name, 
   return t;
 }
 
-DType dtype_of(const std::string& s) {
-  if (s == "bf16") return DType::kBF16;
-  if (s == "fp16") return DType::kF16;
-  return DType::kF32;
-}
-
 }  // namespace
 
 MaskProblem mask_problem(const cases::Case& c, const cases::TensorMap& in) {
+  const Params d = decode(c);
   MaskProblem p;
-  p.op = c.op();
-  if (p.op == "segments") {
-    p.source = c.get("source");
-    p.rows = c.get_int("B");
-    p.len = c.get_int("T");
-    if (p.source == "cu") {
+  p.op = kOpNames[static_cast<size_t>(d.op)];
+  if (d.op == Op::kSegments) {
+    p.source = kSourceNames[static_cast<size_t>(d.source)];
+    p.rows = d.B;
+    p.len = d.T;
+    if (d.source == Source::kCu) {
       const cases::Tensor* cu = in.find("cu_seqlens");
       if (!cu || cu->dtype() != DType::kI64 || cu->shape().size() != 1 || cu->numel() < 1)
         throw std::invalid_argument("segments(source=cu) needs an int64 cu_seqlens input");
       p.cu_seqlens = cu->as<int64_t>();
       p.num_seqs = cu->numel() - 1;
-    } else if (p.source == "position") {
+    } else if (d.source == Source::kPosition) {
       const cases::Tensor* t = input(in, "position_ids", DType::kI64, {p.rows, p.len});
       if (!t) throw std::invalid_argument("segments(source=position) needs position_ids");
       p.segment_positions = t->as<int64_t>();
@@ -53,44 +48,50 @@ MaskProblem mask_problem(const cases::Case& c, const cases::TensorMap& in) {
     }
     return p;
   }
-  p.batch = c.get_int("B");
-  p.q_len = c.get_int("q");
-  p.kv_length = cases::mask_kv_length(c);
-  p.q_offset = c.get_int("offset");
-  p.static_cache = c.get("cache") == "static";
-  p.sliding_window = c.get_int("window");
-  p.chunk_size = c.get_int("chunk");
-  if (p.op == "mask") {
-    p.causal = c.get_bool("causal");
-    p.format = c.get("format");
-    p.dtype = p.format == "bool" ? DType::kU8 : dtype_of(c.get("dtype"));
+  p.batch = d.B;
+  p.q_len = d.q;
+  p.kv_length = d.kv_length;
+  p.q_offset = d.offset;
+  p.static_cache = d.cache == Cache::kStatic;
+  p.sliding_window = d.window;
+  p.chunk_size = d.chunk;
+  if (d.op == Op::kMask) {
+    p.causal = d.causal;
+    p.format = kFormatNames[static_cast<size_t>(d.format)];
+    p.dtype = d.format == Format::kBool ? DType::kU8 : d.dtype;
   } else {
-    p.layer_types = cases::mask_layer_types(c.get("pattern"));
+    p.layer_types = d.layer_types;
     for (const std::string& t : p.layer_types)
       if (std::find(p.distinct_types.begin(), p.distinct_types.end(), t) == p.distinct_types.end())
         p.distinct_types.push_back(t);
   }
-  if (c.get("padding") != "none") {
+  if (d.padding != Padding::kNone) {
     const cases::Tensor* t = input(in, "padding_mask", DType::kU8, {p.batch, p.kv_length});
-    if (!t) throw std::invalid_argument("padding=" + c.get("padding") + " needs padding_mask");
+    if (!t)
+      throw std::invalid_argument(std::string("padding=") +
+                                  kPaddingNames[static_cast<size_t>(d.padding)] +
+                                  " needs padding_mask");
     p.padding_mask = t->as<uint8_t>();
   }
-  if (c.get("packed") != "none") {
-    p.position_id_rows = c.get("packed") == "mrope" ? 3 : 1;
+  if (d.packed != Packed::kNone) {
+    p.position_id_rows = d.packed == Packed::kMrope ? 3 : 1;
     const cases::Tensor* t =
         input(in, "position_ids", DType::kI64, {p.position_id_rows, p.batch, p.q_len});
-    if (!t) throw std::invalid_argument("packed=" + c.get("packed") + " needs position_ids");
+    if (!t)
+      throw std::invalid_argument(std::string("packed=") +
+                                  kPackedNames[static_cast<size_t>(d.packed)] +
+                                  " needs position_ids");
     p.position_ids = t->as<int64_t>();
   }
   return p;
 }
 
 std::vector<OutputSpec> mask_outputs(const cases::Case& c) {
-  if (c.op() == "segments") {
-    const int64_t B = c.get_int("B"), T = c.get_int("T"), n = B * T;
-    const std::string source = c.get("source");
-    if (source == "cu") return {{"sequence_index", DType::kI64, {T}}};
-    if (source == "position")
+  const Params d = decode(c);
+  if (d.op == Op::kSegments) {
+    const int64_t B = d.B, T = d.T, n = B * T;
+    if (d.source == Source::kCu) return {{"sequence_index", DType::kI64, {T}}};
+    if (d.source == Source::kPosition)
       return {{"sequence_index", DType::kI64, {n}},
               {"cu_seqlens", DType::kI64, {n + 1}},
               {"num_seqs", DType::kI64, {1}},
@@ -99,14 +100,14 @@ std::vector<OutputSpec> mask_outputs(const cases::Case& c) {
             {"cu_seqlens", DType::kI64, {B + 1}},
             {"max_seqlen", DType::kI64, {1}}};
   }
-  const int64_t B = c.get_int("B"), q = c.get_int("q"), kv = cases::mask_kv_length(c);
-  if (c.op() == "mask") {
-    const DType t = c.get("format") == "bool" ? DType::kU8 : dtype_of(c.get("dtype"));
+  const int64_t B = d.B, q = d.q, kv = d.kv_length;
+  if (d.op == Op::kMask) {
+    const DType t = d.format == Format::kBool ? DType::kU8 : d.dtype;
     return {{"mask", t, {B, 1, q, kv}},
             {"needed", DType::kU8, {1}},
             {"fully_masked", DType::kU8, {B, q}}};
   }
-  const std::vector<std::string> layers = cases::mask_layer_types(c.get("pattern"));
+  const std::vector<std::string>& layers = d.layer_types;
   std::vector<std::string> distinct;
   for (const std::string& t : layers)
     if (std::find(distinct.begin(), distinct.end(), t) == distinct.end()) distinct.push_back(t);
@@ -149,4 +150,4 @@ reference::AdditiveFill reference_fill(const MaskProblem& p) {
   return reference::AdditiveFill::kFloat32Lowest;
 }
 
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::ops::mask

@@ -5,11 +5,19 @@
 #include <gtest/gtest.h>
 
 #include "cases/generate.h"
-#include "cases/mask_case.h"
 #include "cases/suites.h"
+#include "ops/mask/params.h"
 
-namespace deltacheck::cases {
+namespace deltacheck::ops::mask {
 namespace {
+
+using cases::Case;
+using cases::CaseIdError;
+using cases::DType;
+using cases::generate_inputs;
+using cases::suite;
+using cases::Tensor;
+using cases::TensorMap;
 
 std::string error_of(const std::string& id) {
   try {
@@ -100,4 +108,4 @@ TEST(MaskGenerate, SuiteInputsContainWhatTheCasesPromise) {
 }
 
 }  // namespace
-}  // namespace deltacheck::cases
+}  // namespace deltacheck::ops::mask

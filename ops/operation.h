@@ -10,9 +10,9 @@
 
 #include "cases/case.h"
 #include "cases/tensor.h"
-#include "harness/tolerance.h"
+#include "ops/precision.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::ops {
 
 enum class TensorMajor { kNone, kToken, kSequence };
 
@@ -47,6 +47,15 @@ struct SeqSlice {
 };
 
 using Values = std::map<std::string, std::vector<double>>;  // output name -> flat values
+
+// How a case is driven through a backend: one call, a chunked prefill (each sequence split into
+// `count` calls at seeded points), or a dynamic cache (a prefill, then up to `count` one-token
+// decode steps per sequence). The harness plans the calls (harness/call_plan.h).
+struct CallMode {
+  enum class Kind { kOne, kChunked, kDynamic };
+  Kind kind = Kind::kOne;
+  int64_t count = 1;
+};
 
 // One straightforward implementation of an operation in the case's precision, e.g. "chunked
 // fp32, bf16 operands": its outputs on the case's inputs. The tolerance is measured against the
@@ -85,7 +94,7 @@ class Operation {
     return "index " + std::to_string(index);
   }
 
-  // How each input and output is laid out, for repacking sequences (harness/repack.h): token-major
+  // How each input and output is laid out, for repacking sequences (ops/repack.h): token-major
   // ([B, T, ...] or [T, ...]), sequence-major ([N, ...]), or neither (weights, copied as they are).
   virtual TensorMajor major(const std::string& tensor) const { return TensorMajor::kNone; }
   // Whether sequences of this case can be run alone / reordered / split by repacking (probes,
@@ -97,14 +106,11 @@ class Operation {
       const cases::Case& c) const {
     return {};
   }
+  // How the case is split into calls (one call unless the op has multi-call cache modes).
+  virtual CallMode call_mode(const cases::Case& c) const { return {}; }
 };
 
-// The operation named by c.op(); throws std::invalid_argument if none.
+// The operation named by c.op() (ops/registry.cc); throws std::invalid_argument if none.
 const Operation& operation_for(const cases::Case& c);
 
-// One per operation file.
-const Operation& gdr_operation();
-const Operation& layer_operation();
-const Operation& mask_operation();  // mask, layers, segments (mask_operation.cc)
-
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::ops

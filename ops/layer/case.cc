@@ -1,38 +1,28 @@
 // The layer operation: the whole linear-attention layer around the rule (short causal conv over
 // the mixed q|k|v channels, SiLU, split, L2 norm, gates, gated delta rule, gated RMS norm), with
 // recurrent and conv states in and out.
+#include <array>
 #include <cmath>
 #include <string>
 
 #include "cases/det_math.h"
-#include "cases/op.h"
-#include "cases/rng.h"
-#include "cases/suites.h"
+#include "ops/decode.h"
+#include "ops/layer/params.h"
+#include "ops/schema.h"
 
-namespace deltacheck::cases {
+namespace deltacheck::ops::layer {
 namespace {
-
-using K = ParamSpec::Kind;
-
-ParamSpec integer(std::string key, std::string def, int64_t lo, int64_t hi, std::string help) {
-  return {std::move(key), K::kInt, std::move(def), {}, lo, hi, std::move(help)};
-}
-ParamSpec choice(std::string key, std::string def, std::vector<std::string> choices,
-                 std::string help) {
-  return {std::move(key), K::kChoice, std::move(def), std::move(choices), 0, 0, std::move(help)};
-}
 
 void check_layer(const Case& c) {
   if (c.get_int("HV") % c.get_int("H") != 0)
     throw CaseIdError("HV % H != 0 (HV=" + c.get("HV") + ", H=" + c.get("H") + ")");
-  const Layout L = Layout::parse(c.get("layout"));
-  if (L.kind == Layout::Kind::kBatch)
+  const Params p = decode(c);
+  if (p.layout.kind == Layout::Kind::kBatch)
     throw CaseIdError("layer cases are packed or single (the layer takes [T, D] rows)");
-  const std::string cache = c.get("cache");
-  if (cache == "none" && c.get("state") != "none")
+  if (p.cache == Cache::kNone && p.state != State::kNone)
     throw CaseIdError("cache=none takes no initial state (state=" + c.get("state") + ")");
-  if (cache == "decode")
-    for (int64_t l : L.lengths)
+  if (p.cache == Cache::kDecode)
+    for (int64_t l : p.layout.lengths)
       if (l != 1) throw CaseIdError("cache=decode needs one token per sequence (packed[1*N])");
 }
 
@@ -41,7 +31,13 @@ OpSchema layer_schema() {
       "layer",
       "linear-attention layer: conv1d+SiLU -> q,k,v -> L2 norm -> gates -> rule -> gated norm",
       {
-          {"layout", K::kLayout, "single[64]", {}, 0, 0, "token layout (single or packed)"},
+          {"layout",
+           ParamSpec::Kind::kLayout,
+           "single[64]",
+           {},
+           0,
+           0,
+           "token layout (single or packed)"},
           integer("H", "2", 1, 256, "q/k heads"),
           integer("HV", "4", 1, 1024, "value heads (HV % H == 0)"),
           integer("K", "32", 1, 512, "key head dim"),
@@ -60,58 +56,33 @@ OpSchema layer_schema() {
       check_layer};
 }
 
-struct Dims {
-  Layout L;
-  int64_t T, N, H, HV, K, V, W, D;
-  DType dtype;
-};
-
-Dims dims(const Case& c) {
-  Dims d;
-  d.L = Layout::parse(c.get("layout"));
-  d.T = d.L.total_tokens();
-  d.N = d.L.num_seqs();
-  d.H = c.get_int("H");
-  d.HV = c.get_int("HV");
-  d.K = c.get_int("K");
-  d.V = c.get_int("V");
-  d.W = c.get_int("W");
-  d.D = 2 * d.H * d.K + d.HV * d.V;
-  const std::string dt = c.get("dtype");
-  d.dtype = dt == "bf16" ? DType::kBF16 : dt == "fp16" ? DType::kF16 : DType::kF32;
-  return d;
-}
-
-Stream seq_stream(const Case& c, const GenOptions& o, const std::string& tensor, int64_t s) {
-  auto it = o.sequence_salt.find(s);
-  const uint64_t salt = it == o.sequence_salt.end() ? 0 : it->second * 0x9E3779B97F4A7C15ull;
-  return Stream(c.seed() ^ salt, tensor + "/" + std::to_string(s));
+Stream seq_stream(const Params& d, const GenOptions& o, const std::string& tensor, int64_t s) {
+  return sequence_stream(d.seed, o, tensor, s);
 }
 
 // Token-major activations: each sequence's rows from its own stream.
-void fill_tokens(const Case& c, const GenOptions& o, const Dims& d, Tensor& t, int64_t per_token,
-                 double scale) {
-  const auto cu = d.L.cu_seqlens();
+void fill_tokens(const GenOptions& o, const Params& d, Tensor& t, int64_t per_token, double scale) {
+  const auto cu = d.layout.cu_seqlens();
   for (int64_t s = 0; s < d.N; ++s) {
-    const Stream st = seq_stream(c, o, t.name(), s);
-    for (int64_t i = 0; i < d.L.lengths[s] * per_token; ++i)
+    const Stream st = seq_stream(d, o, t.name(), s);
+    for (int64_t i = 0; i < d.layout.lengths[s] * per_token; ++i)
       t.set(cu[s] * per_token + i, static_cast<float>(scale * st.normal(static_cast<uint64_t>(i))));
   }
 }
 
 TensorMap generate_layer(const Case& c, const GenOptions& o) {
-  const Dims d = dims(c);
+  const Params d = decode(c);
   TensorMap m;
-  fill_tokens(c, o, d, m.add(Tensor("qkv", d.dtype, {1, d.T, d.D})), d.D, 1.0);
-  fill_tokens(c, o, d, m.add(Tensor("z", d.dtype, {1, d.T, d.HV, d.V})), d.HV * d.V, 1.0);
-  fill_tokens(c, o, d, m.add(Tensor("a", d.dtype, {1, d.T, d.HV})), d.HV, 1.0);
-  fill_tokens(c, o, d, m.add(Tensor("b", d.dtype, {1, d.T, d.HV})), d.HV, 1.0);
+  fill_tokens(o, d, m.add(Tensor("qkv", d.dtype, {1, d.T, d.D})), d.D, 1.0);
+  fill_tokens(o, d, m.add(Tensor("z", d.dtype, {1, d.T, d.HV, d.V})), d.HV * d.V, 1.0);
+  fill_tokens(o, d, m.add(Tensor("a", d.dtype, {1, d.T, d.HV})), d.HV, 1.0);
+  fill_tokens(o, d, m.add(Tensor("b", d.dtype, {1, d.T, d.HV})), d.HV, 1.0);
   // Weights: shared by every sequence (not salted).
-  const Stream w(c.seed(), "weights");
+  const Stream w(d.seed, "weights");
   Tensor& cw = m.add(Tensor("conv_weight", DType::kF32, {d.D, d.W}));
   for (int64_t i = 0; i < cw.numel(); ++i)
     cw.set(i, static_cast<float>(w.normal(i) / std::sqrt(static_cast<double>(d.W))));
-  if (c.get_bool("bias")) {
+  if (d.bias) {
     Tensor& cb = m.add(Tensor("conv_bias", DType::kF32, {d.D}));
     for (int64_t i = 0; i < d.D; ++i) cb.set(i, static_cast<float>(0.1 * w.normal(1000000 + i)));
   }
@@ -124,19 +95,18 @@ TensorMap generate_layer(const Case& c, const GenOptions& o) {
   Tensor& nw = m.add(Tensor("norm_weight", DType::kF32, {d.V}));
   for (int64_t i = 0; i < d.V; ++i)
     nw.set(i, static_cast<float>(1.0 + 0.1 * w.normal(4000000 + i)));
-  if (d.L.has_cu_seqlens()) {
-    const auto cu = d.L.cu_seqlens();
+  if (d.layout.has_cu_seqlens()) {
+    const auto cu = d.layout.cu_seqlens();
     Tensor& t = m.add(Tensor("cu_seqlens", DType::kI64, {static_cast<int64_t>(cu.size())}));
     for (size_t i = 0; i < cu.size(); ++i) t.as<int64_t>()[i] = cu[i];
   }
-  const std::string state = c.get("state");
-  if (c.get("cache") != "none" && state != "none") {
+  if (d.states() && d.state != State::kNone) {
     Tensor& s0 = m.add(Tensor("initial_state", DType::kF32, {d.N, d.HV, d.K, d.V}));
     Tensor& c0 = m.add(Tensor("initial_conv_state", DType::kF32, {d.N, d.D, d.W - 1}));
     const int64_t per = d.HV * d.K * d.V, per_conv = d.D * (d.W - 1);
     for (int64_t s = 0; s < d.N; ++s) {
-      const bool fresh = state == "mixed" && s % 2 == 0;
-      const Stream st = seq_stream(c, o, "initial_state", s), sc = seq_stream(c, o, "conv", s);
+      const bool fresh = d.state == State::kMixed && s % 2 == 0;
+      const Stream st = seq_stream(d, o, "initial_state", s), sc = seq_stream(d, o, "conv", s);
       for (int64_t i = 0; i < per; ++i)
         s0.set(s * per + i, fresh ? 0.0 : static_cast<float>(0.3 * st.normal(i)));
       // Conv states are past inputs: representable in the activation dtype.
@@ -152,14 +122,14 @@ TensorMap generate_layer(const Case& c, const GenOptions& o) {
 }
 
 int64_t layer_input_bytes(const Case& c) {
-  const Dims d = dims(c);
-  return d.T * (d.D + d.HV * d.V + 2 * d.HV) * dtype_size(d.dtype) +
+  const Params d = decode(c);
+  return d.T * (d.D + d.HV * d.V + 2 * d.HV) * cases::dtype_size(d.dtype) +
          2 * d.N * (d.HV * d.K * d.V + d.D * (d.W - 1)) * 4;
 }
 
 void layer_suite(SuiteBuilder& b, Tier t) {
   int seed = 500;
-  auto add = [&](Params p) {
+  auto add = [&](SuiteParams p) {
     p.emplace_back("seed", std::to_string(seed++));
     b.add("layer", p);
   };
@@ -173,7 +143,7 @@ void layer_suite(SuiteBuilder& b, Tier t) {
   // Appended later, with seeds of their own (from 600), so that the cases above and below keep
   // their ids. The padding-free training path: packed, no states in or out.
   int appended_seed = 600;
-  auto append = [&](Params p) {
+  auto append = [&](SuiteParams p) {
     p.emplace_back("seed", std::to_string(appended_seed++));
     b.add("layer", p);
   };
@@ -193,7 +163,7 @@ void layer_suite(SuiteBuilder& b, Tier t) {
   for (const auto& w : {"2", "3"}) add({{"layout", "packed[1,2,15,16]"}, {"W", w}});
   for (const auto& cache : {"none", "decode", "chunked", "dynamic"})
     for (const auto& dt : dtypes) {
-      Params p{{"dtype", dt}, {"cache", cache}};
+      SuiteParams p{{"dtype", dt}, {"cache", cache}};
       p.emplace_back("layout",
                      cache == std::string("decode") ? "packed[1*6]" : "packed[3*5,100,0]");
       if (cache == std::string("none")) p.emplace_back("state", "none");
@@ -209,8 +179,29 @@ void layer_suite(SuiteBuilder& b, Tier t) {
 
 }  // namespace
 
-OpDefinition layer_definition() {
+Params decode(const Case& c) {
+  expect_op(c, "layer");
+  Params d;
+  d.layout = c.layout();
+  d.T = d.layout.total_tokens();
+  d.N = d.layout.num_seqs();
+  d.H = c.get_int("H");
+  d.HV = c.get_int("HV");
+  d.K = c.get_int("K");
+  d.V = c.get_int("V");
+  d.W = c.get_int("W");
+  d.D = 2 * d.H * d.K + d.HV * d.V;
+  d.bias = c.get_bool("bias");
+  d.dtype = decode_dtype(c);
+  d.state = decode_choice<State>(c, "state", kStateNames);
+  d.cache = decode_choice<Cache>(c, "cache", kCacheNames);
+  d.calls = c.get_int("calls");
+  d.seed = c.seed();
+  return d;
+}
+
+cases::OpDefinition definition() {
   return {layer_schema(), generate_layer, layer_input_bytes, layer_suite};
 }
 
-}  // namespace deltacheck::cases
+}  // namespace deltacheck::ops::layer

@@ -1,15 +1,17 @@
-// The mask, layers and segments operations: outputs (harness/mask_problem.h), the exact oracle
+// The mask, layers and segments operations: outputs (ops/mask/problem.h), the exact oracle
 // from reference/mask, bit-exact comparison, and mismatch reports that say where an element is
 // and which rule decided it, e.g. "(b=0, q=3, kv=5): reference says masked by window (...)".
+#include "ops/operation.h"
+
 #include <fmt/format.h>
 
 #include <stdexcept>
 
-#include "harness/mask_problem.h"
-#include "harness/operation.h"
+#include "ops/mask/params.h"
+#include "ops/mask/problem.h"
 #include "reference/mask.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::ops::mask {
 namespace {
 
 using cases::TensorMap;
@@ -209,9 +211,9 @@ class MaskOperation : public Operation {
 
 }  // namespace
 
-const Operation& mask_operation() {
+const Operation& operation() {
   static const MaskOperation op;
   return op;
 }
 
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::ops::mask

@@ -1,46 +1,34 @@
-// The gdr operation: gated delta rule prefill. Schema, input generation and suite cases.
-#include "cases/gdr_case.h"
-
+// The gdr operation: gated delta rule prefill. Schema, typed parameters, input generation and
+// suite cases.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 
 #include "cases/det_math.h"
-#include "cases/op.h"
-#include "cases/rng.h"
-#include "cases/suites.h"
+#include "ops/decode.h"
+#include "ops/gdr/params.h"
+#include "ops/schema.h"
 
-namespace deltacheck::cases {
+namespace deltacheck::ops::gdr {
 namespace {
-
-using K = ParamSpec::Kind;
-
-ParamSpec choice(std::string key, std::string def, std::vector<std::string> choices,
-                 std::string help) {
-  return {std::move(key), K::kChoice, std::move(def), std::move(choices), 0, 0, std::move(help)};
-}
-ParamSpec integer(std::string key, std::string def, int64_t lo, int64_t hi, std::string help) {
-  return {std::move(key), K::kInt, std::move(def), {}, lo, hi, std::move(help)};
-}
-ParamSpec seed_param() { return integer("seed", "0", 0, (int64_t{1} << 62), "generator seed"); }
 
 void check_gdr(const Case& c) {
   if (c.get_int("HV") % c.get_int("H") != 0)
     throw CaseIdError("HV % H != 0 (HV=" + c.get("HV") + ", H=" + c.get("H") + ")");
-  const Layout L = Layout::parse(c.get("layout"));
-  const std::string cache = c.get("cache");
-  if (cache == "none" && c.get("state") != "none")
+  const Params p = decode(c);
+  if (p.cache == Cache::kNone && p.state != State::kNone)
     throw CaseIdError("cache=none takes no initial state (state=" + c.get("state") + ")");
-  if (cache == "decode")
-    for (int64_t l : L.lengths)
+  if (p.cache == Cache::kDecode)
+    for (int64_t l : p.layout.lengths)
       if (l != 1) throw CaseIdError("cache=decode needs one token per sequence (packed[1*N])");
-  if (cache == "spec")
-    for (int64_t l : L.lengths)
-      if (l != L.lengths[0])
+  if (p.cache == Cache::kSpec)
+    for (int64_t l : p.layout.lengths)
+      if (l != p.layout.lengths[0])
         throw CaseIdError("cache=spec needs sequences of equal length (batch[NxT]: T drafts)");
-  if ((cache == "pool" || cache == "spec") && c.get("state") == "none")
-    throw CaseIdError("cache=" + cache + " reads states from a pool: state must not be none");
-  (void)L;
+  if (p.pooled() && p.state == State::kNone)
+    throw CaseIdError("cache=" + c.get("cache") +
+                      " reads states from a pool: state must not be none");
 }
 
 OpSchema gdr_schema() {
@@ -48,7 +36,7 @@ OpSchema gdr_schema() {
       "gdr",
       "gated delta rule: o, final state (pool modes: the state pool after the call)",
       {
-          {"layout", K::kLayout, "single[64]", {}, 0, 0, "token layout"},
+          {"layout", ParamSpec::Kind::kLayout, "single[64]", {}, 0, 0, "token layout"},
           integer("H", "2", 1, 1024, "q/k heads"),
           integer("HV", "2", 1, 4096, "value heads (HV % H == 0)"),
           integer("K", "64", 1, 1024, "key head dim"),
@@ -78,53 +66,25 @@ OpSchema gdr_schema() {
       check_gdr};
 }
 
-struct GdrDims {
-  Layout layout;
-  int64_t B, T, H, HV, K, V, N;
-  DType dtype;
-};
-
-DType parse_dtype(const std::string& s) {
-  if (s == "bf16") return DType::kBF16;
-  if (s == "fp16") return DType::kF16;
-  return DType::kF32;
-}
-
-GdrDims gdr_dims(const Case& c) {
-  GdrDims d;
-  d.layout = Layout::parse(c.get("layout"));
-  d.B = d.layout.batch();
-  d.T = d.layout.row_length();
-  d.H = c.get_int("H");
-  d.HV = c.get_int("HV");
-  d.K = c.get_int("K");
-  d.V = c.get_int("V");
-  d.N = d.layout.num_seqs();
-  d.dtype = parse_dtype(c.get("dtype"));
-  return d;
-}
-
 // Position of sequence s's first token in the flat [B*T] token order.
-int64_t flat_begin(const GdrDims& d, int64_t s) {
+int64_t flat_begin(const Params& d, int64_t s) {
   if (d.layout.kind == Layout::Kind::kBatch) return s * d.T;
   return d.layout.cu_seqlens()[s];
 }
 
 // A stream for one tensor of one sequence, with the sequence's salt.
-Stream seq_stream(const Case& c, const GenOptions& o, const std::string& tensor, int64_t s) {
-  auto it = o.sequence_salt.find(s);
-  const uint64_t salt = it == o.sequence_salt.end() ? 0 : it->second * 0x9E3779B97F4A7C15ull;
-  return Stream(c.seed() ^ salt, tensor + "/" + std::to_string(s));
+Stream seq_stream(const Params& d, const GenOptions& o, const std::string& tensor, int64_t s) {
+  return sequence_stream(d.seed, o, tensor, s);
 }
 
 // q or k: N(0,1) (or |N(0,1)| for ill-conditioned keys); pre-normalized when the kernel is not
 // asked to normalize, so the rule stays contractive.
-void fill_qk(const Case& c, const GenOptions& o, const GdrDims& d, Tensor& t, bool positive) {
-  const bool l2 = c.get_bool("l2");
+void fill_qk(const GenOptions& o, const Params& d, Tensor& t, bool positive) {
+  const bool l2 = d.l2;
   const auto cu = d.layout.cu_seqlens();
   std::vector<double> row(static_cast<size_t>(d.K));
   for (int64_t s = 0; s < d.N; ++s) {
-    const Stream st = seq_stream(c, o, t.name(), s);
+    const Stream st = seq_stream(d, o, t.name(), s);
     const int64_t len = d.layout.lengths[s], base = flat_begin(d, s);
     for (int64_t tok = 0; tok < len; ++tok)
       for (int64_t h = 0; h < d.H; ++h) {
@@ -142,38 +102,38 @@ void fill_qk(const Case& c, const GenOptions& o, const GdrDims& d, Tensor& t, bo
   }
 }
 
-double gate_value(const std::string& regime, const Stream& st, uint64_t i, int64_t tok,
-                  int64_t len) {
-  if (regime == "zero") return 0.0;
-  if (regime == "strong") return st.uniform(i, -20.0, -1e-4);
-  if (regime == "tail") {
+double gate_value(Gate regime, const Stream& st, uint64_t i, int64_t tok, int64_t len) {
+  if (regime == Gate::kZero) return 0.0;
+  if (regime == Gate::kStrong) return st.uniform(i, -20.0, -1e-4);
+  if (regime == Gate::kTail) {
     const int64_t tail_begin = ((len - 1) / 64) * 64;
     if (tok >= tail_begin) return st.uniform(i, -60.0, -30.0);
   }
-  return det_log_sigmoid(st.uniform(i));  // weak
+  return cases::det_log_sigmoid(st.uniform(i));  // weak
 }
 
-double beta_value(const std::string& regime, const Stream& st, uint64_t i) {
-  if (regime == "zero") return 0.0;
-  if (regime == "one") return 1.0;
-  const double b = det_sigmoid(st.normal(i));
-  return regime == "wide" ? 2.0 * b : b;
+double beta_value(Beta regime, const Stream& st, uint64_t i) {
+  if (regime == Beta::kZero) return 0.0;
+  if (regime == Beta::kOne) return 1.0;
+  const double b = cases::det_sigmoid(st.normal(i));
+  return regime == Beta::kWide ? 2.0 * b : b;
 }
 
 TensorMap generate_gdr(const Case& c, const GenOptions& o) {
-  const GdrDims d = gdr_dims(c);
+  const Params d = decode(c);
   TensorMap m;
   Tensor& q = m.add(Tensor("q", d.dtype, {d.B, d.T, d.H, d.K}));
   Tensor& k = m.add(Tensor("k", d.dtype, {d.B, d.T, d.H, d.K}));
   Tensor& v = m.add(Tensor("v", d.dtype, {d.B, d.T, d.HV, d.V}));
   Tensor& g = m.add(Tensor("g", DType::kF32, {d.B, d.T, d.HV}));
   Tensor& beta = m.add(Tensor("beta", d.dtype, {d.B, d.T, d.HV}));
-  fill_qk(c, o, d, q, false);
-  fill_qk(c, o, d, k, c.get("keys") == "pos");
-  const std::string gate = c.get("gate"), beta_regime = c.get("beta");
+  fill_qk(o, d, q, false);
+  fill_qk(o, d, k, d.keys == Keys::kPos);
+  const Gate gate = d.gate;
+  const Beta beta_regime = d.beta;
   for (int64_t s = 0; s < d.N; ++s) {
-    const Stream sv = seq_stream(c, o, "v", s), sg = seq_stream(c, o, "g", s),
-                 sb = seq_stream(c, o, "beta", s);
+    const Stream sv = seq_stream(d, o, "v", s), sg = seq_stream(d, o, "g", s),
+                 sb = seq_stream(d, o, "beta", s);
     const int64_t len = d.layout.lengths[s], base = flat_begin(d, s);
     for (int64_t tok = 0; tok < len; ++tok)
       for (int64_t h = 0; h < d.HV; ++h) {
@@ -190,22 +150,21 @@ TensorMap generate_gdr(const Case& c, const GenOptions& o) {
     Tensor& t = m.add(Tensor("cu_seqlens", DType::kI64, {static_cast<int64_t>(cu.size())}));
     for (size_t i = 0; i < cu.size(); ++i) t.as<int64_t>()[i] = cu[i];
   }
-  const std::string state = c.get("state");
-  if (c.get("cache") == "pool" || c.get("cache") == "spec") {
-    Tensor& pool = m.add(Tensor("state_pool", DType::kF32, {gdr_pool_size(c), d.HV, d.K, d.V}));
-    const Stream sp(c.seed(), "state_pool");
+  if (d.pooled()) {
+    Tensor& pool = m.add(Tensor("state_pool", DType::kF32, {pool_size(d), d.HV, d.K, d.V}));
+    const Stream sp(d.seed, "state_pool");
     for (int64_t i = 0; i < pool.numel(); ++i) pool.set(i, static_cast<float>(0.5 * sp.normal(i)));
-    const std::vector<int32_t> slots = gdr_pool_slots(c);
+    const std::vector<int32_t> slots = pool_slots(d);
     Tensor& slot = m.add(Tensor("state_slots", DType::kI32, {d.N}));
     for (int64_t s = 0; s < d.N; ++s) slot.as<int32_t>()[s] = slots[s];
     return m;
   }
-  if (c.get("cache") != "none" && state != "none") {
+  if (d.cache != Cache::kNone && d.state != State::kNone) {
     Tensor& s0 = m.add(Tensor("initial_state", DType::kF32, {d.N, d.HV, d.K, d.V}));
     const int64_t per = d.HV * d.K * d.V;
     for (int64_t s = 0; s < d.N; ++s) {
-      const bool fresh = state == "mixed" && s % 2 == 0;
-      const Stream st = seq_stream(c, o, "initial_state", s);
+      const bool fresh = d.state == State::kMixed && s % 2 == 0;
+      const Stream st = seq_stream(d, o, "initial_state", s);
       for (int64_t i = 0; i < per; ++i)
         s0.set(s * per + i, fresh ? 0.0 : static_cast<float>(0.5 * st.normal(i)));
     }
@@ -214,8 +173,8 @@ TensorMap generate_gdr(const Case& c, const GenOptions& o) {
 }
 
 int64_t gdr_input_bytes(const Case& c) {
-  const GdrDims d = gdr_dims(c);
-  const int64_t tokens = d.B * d.T, es = dtype_size(d.dtype);
+  const Params d = decode(c);
+  const int64_t tokens = d.B * d.T, es = cases::dtype_size(d.dtype);
   return tokens * (2 * d.H * d.K + d.HV * d.V + d.HV) * es + tokens * d.HV * 4 +
          2 * d.N * d.HV * d.K * d.V * 4;
 }
@@ -223,15 +182,15 @@ int64_t gdr_input_bytes(const Case& c) {
 void gdr_suite(SuiteBuilder& b, Tier t) {
   const int tier = static_cast<int>(t);
   // tier 0 = smoke, 1 = gate, 2 = full
-  const Params base{{"H", "2"},         {"HV", "4"},       {"K", "64"},  {"V", "64"},
-                    {"gate", "strong"}, {"state", "rand"}, {"seed", "1"}};
+  const SuiteParams base{{"H", "2"},         {"HV", "4"},       {"K", "64"},  {"V", "64"},
+                         {"gate", "strong"}, {"state", "rand"}, {"seed", "1"}};
   int seed = 1;
-  auto add = [&](const Params& over) {
+  auto add = [&](const SuiteParams& over) {
     b.add("gdr", merge(merge(base, {{"seed", std::to_string(seed++)}}), over));
   };
-  std::vector<std::string> layouts = layout_family("smoke");
-  if (tier >= 1) layouts = layout_family("gate");
-  if (tier >= 2) layouts = layout_family("full");
+  std::vector<std::string> layouts = cases::layout_family("smoke");
+  if (tier >= 1) layouts = cases::layout_family("gate");
+  if (tier >= 2) layouts = cases::layout_family("full");
   const std::vector<std::string> dtypes{"fp32", "bf16", "fp16"};
 
   // Every layout in every dtype.
@@ -304,7 +263,7 @@ void gdr_suite(SuiteBuilder& b, Tier t) {
   if (tier < 1) return;
   // Appended later, with seeds of their own (from 1000), so that the cases above keep their ids.
   int appended_seed = 1000;
-  auto append = [&](const Params& over) {
+  auto append = [&](const SuiteParams& over) {
     b.add("gdr", merge(merge(base, {{"seed", std::to_string(appended_seed++)}}), over));
   };
   // Serving decode batches (one token per sequence) on a pool with padding entries: odd head
@@ -334,20 +293,44 @@ void gdr_suite(SuiteBuilder& b, Tier t) {
 
 }  // namespace
 
-int64_t gdr_pool_size(const Case& c) {
-  const int64_t n = Layout::parse(c.get("layout")).num_seqs();
+Params decode(const Case& c) {
+  expect_op(c, "gdr");
+  Params d;
+  d.layout = c.layout();
+  d.B = d.layout.batch();
+  d.T = d.layout.row_length();
+  d.H = c.get_int("H");
+  d.HV = c.get_int("HV");
+  d.K = c.get_int("K");
+  d.V = c.get_int("V");
+  d.N = d.layout.num_seqs();
+  d.dtype = decode_dtype(c);
+  d.gate = decode_choice<Gate>(c, "gate", kGateNames);
+  d.beta = decode_choice<Beta>(c, "beta", kBetaNames);
+  d.keys = decode_choice<Keys>(c, "keys", kKeysNames);
+  d.l2 = c.get_bool("l2");
+  d.state = decode_choice<State>(c, "state", kStateNames);
+  d.cache = decode_choice<Cache>(c, "cache", kCacheNames);
+  d.calls = c.get_int("calls");
+  d.seed = c.seed();
+  d.final_state = d.cache != Cache::kNone;
+  return d;
+}
+
+int64_t pool_size(const Params& p) {
+  const int64_t n = p.N;
   return n + n / 2 + 1;
 }
 
-std::vector<int32_t> gdr_pool_slots(const Case& c) {
+std::vector<int32_t> pool_slots(const Params& p) {
   // Each sequence gets a distinct slot in shuffled order; for cache=pool the last `calls`
   // sequences are padding entries (slot -1); a third of the slots belong to nobody and must come
   // back bit-identical.
-  const int64_t n = Layout::parse(c.get("layout")).num_seqs(), slots = gdr_pool_size(c);
-  const int64_t padding = c.get("cache") == "pool" ? std::min(c.get_int("calls"), n - 1) : 0;
+  const int64_t n = p.N, slots = pool_size(p);
+  const int64_t padding = p.cache == Cache::kPool ? std::min(p.calls, n - 1) : 0;
   std::vector<int64_t> order(static_cast<size_t>(slots));
   for (int64_t i = 0; i < slots; ++i) order[i] = i;
-  const Stream sh(c.seed(), "state_slots");
+  const Stream sh(p.seed, "state_slots");
   for (int64_t i = slots - 1; i > 0; --i)  // Fisher-Yates with our own uniform
     std::swap(order[i], order[static_cast<int64_t>(sh.uniform(i) * static_cast<double>(i + 1))]);
   std::vector<int32_t> out(static_cast<size_t>(n));
@@ -355,6 +338,13 @@ std::vector<int32_t> gdr_pool_slots(const Case& c) {
   return out;
 }
 
-OpDefinition gdr_definition() { return {gdr_schema(), generate_gdr, gdr_input_bytes, gdr_suite}; }
+bool one_token_per_sequence(const Params& p) {
+  const auto& l = p.layout.lengths;
+  return !l.empty() && std::all_of(l.begin(), l.end(), [](int64_t n) { return n == 1; });
+}
 
-}  // namespace deltacheck::cases
+cases::OpDefinition definition() {
+  return {gdr_schema(), generate_gdr, gdr_input_bytes, gdr_suite};
+}
+
+}  // namespace deltacheck::ops::gdr

@@ -6,26 +6,16 @@
 //             (batch > 1 flattened) and from a 2-D padding mask
 // Padding lengths and packed segment lengths come from the case seed, so a failing case is
 // reproduced from its id alone.
-#include "cases/mask_case.h"
-
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
-#include "cases/op.h"
-#include "cases/rng.h"
+#include "ops/decode.h"
+#include "ops/mask/params.h"
+#include "ops/schema.h"
 
-namespace deltacheck::cases {
+namespace deltacheck::ops::mask {
 namespace {
-
-using K = ParamSpec::Kind;
-
-ParamSpec choice(std::string key, std::string def, std::vector<std::string> choices,
-                 std::string help) {
-  return {std::move(key), K::kChoice, std::move(def), std::move(choices), 0, 0, std::move(help)};
-}
-ParamSpec integer(std::string key, std::string def, int64_t lo, int64_t hi, std::string help) {
-  return {std::move(key), K::kInt, std::move(def), {}, lo, hi, std::move(help)};
-}
 
 constexpr int64_t kMaxTokens = int64_t{1} << 20;
 // Largest mask (B * q * kv elements) a case may ask for: 256 Mi elements, 2 GiB as the doubles
@@ -57,8 +47,6 @@ std::vector<ParamSpec> token_params() {
              "starts) | the same as 3-row multimodal rotary ids with a 2x2 image"),
   };
 }
-
-ParamSpec seed_param() { return integer("seed", "0", 0, (int64_t{1} << 62), "generator seed"); }
 
 void check_cache(const Case& c) {
   const std::string cache = c.get("cache");
@@ -124,7 +112,7 @@ void check_layers(const Case& c) {
 OpSchema layers_schema() {
   std::vector<ParamSpec> p;
   p.push_back({"pattern",
-               K::kText,
+               ParamSpec::Kind::kText,
                "qwen35",
                {},
                0,
@@ -174,8 +162,8 @@ int64_t scaled(double u, int64_t n) {  // floor(u * n) for u in [0, 1), clamped 
 }
 
 // Pad counts per row: up to half the written tokens, row 0 always padded.
-std::vector<int64_t> pad_counts(const Case& c, int64_t batch, int64_t used) {
-  const Stream st(c.seed(), "padding");
+std::vector<int64_t> pad_counts(uint64_t seed, int64_t batch, int64_t used) {
+  const Stream st(seed, "padding");
   std::vector<int64_t> out;
   for (int64_t b = 0; b < batch; ++b) {
     int64_t p = scaled(st.uniform(static_cast<uint64_t>(b)), std::max<int64_t>(1, used / 2) + 1);
@@ -230,45 +218,44 @@ void packed_row(const Stream& st, int64_t q, int64_t offset, bool image, int64_t
 
 TensorMap generate_masked_tokens(const Case& c, const GenOptions&) {
   TensorMap m;
-  const int64_t B = c.get_int("B"), q = c.get_int("q"), kv = mask_kv_length(c);
-  const int64_t offset = c.get_int("offset"), used = offset + q;
-  const std::string padding = c.get("padding"), packed = c.get("packed");
-  if (padding != "none") {
+  const Params d = decode(c);
+  const int64_t B = d.B, q = d.q, kv = d.kv_length, offset = d.offset, used = offset + q;
+  if (d.padding != Padding::kNone) {
     Tensor& t = m.add(Tensor("padding_mask", DType::kU8, {B, kv}));
     uint8_t* p = t.as<uint8_t>();
-    const std::vector<int64_t> pads = pad_counts(c, B, used);
+    const std::vector<int64_t> pads = pad_counts(d.seed, B, used);
     for (int64_t b = 0; b < B; ++b) {
       // Real tokens where written and not padding; unwritten static-cache slots are not tokens.
-      const int64_t lo = padding == "left" ? pads[b] : 0;
-      const int64_t hi = padding == "left" ? used : used - pads[b];
+      const int64_t lo = d.padding == Padding::kLeft ? pads[b] : 0;
+      const int64_t hi = d.padding == Padding::kLeft ? used : used - pads[b];
       for (int64_t j = 0; j < kv; ++j) p[b * kv + j] = j >= lo && j < hi ? 1 : 0;
     }
   }
-  if (packed != "none") {
-    const int64_t rows = packed == "mrope" ? 3 : 1;
+  if (d.packed != Packed::kNone) {
+    const int64_t rows = d.packed == Packed::kMrope ? 3 : 1;
     Tensor& t = m.add(Tensor("position_ids", DType::kI64, {rows, B, q}));
     int64_t* p = t.as<int64_t>();
     for (int64_t b = 0; b < B; ++b) {
       int64_t* out[3] = {p + b * q, rows == 3 ? p + (B + b) * q : nullptr,
                          rows == 3 ? p + (2 * B + b) * q : nullptr};
-      packed_row(Stream(c.seed(), "position_ids/" + std::to_string(b)), q, offset, rows == 3, out);
+      packed_row(Stream(d.seed, "position_ids/" + std::to_string(b)), q, offset, rows == 3, out);
     }
   }
   return m;
 }
 
 int64_t masked_tokens_bytes(const Case& c) {
-  const int64_t B = c.get_int("B"), q = c.get_int("q");
-  return B * mask_kv_length(c) + 3 * B * q * 8;
+  const Params d = decode(c);
+  return d.B * d.kv_length + 3 * d.B * d.q * 8;
 }
 
 TensorMap generate_segments(const Case& c, const GenOptions&) {
   TensorMap m;
-  const int64_t B = c.get_int("B"), T = c.get_int("T");
-  const std::string source = c.get("source");
-  if (source == "cu") {
+  const Params d = decode(c);
+  const int64_t B = d.B, T = d.T;
+  if (d.source == Source::kCu) {
     // 3..8 sequences over T tokens; zero-length ones at the start, the middle and the end.
-    const Stream st(c.seed(), "cu_seqlens");
+    const Stream st(d.seed, "cu_seqlens");
     const int64_t n = 3 + scaled(st.uniform(0), 6);
     std::vector<int64_t> cuts;
     for (int64_t i = 0; i < n - 1; ++i) cuts.push_back(scaled(st.uniform(1 + i), T + 1));
@@ -281,24 +268,23 @@ TensorMap generate_segments(const Case& c, const GenOptions&) {
     p[0] = 0;
     for (int64_t i = 0; i < n - 1; ++i) p[i + 1] = cuts[i];
     p[n] = T;
-  } else if (source == "position") {
+  } else if (d.source == Source::kPosition) {
     Tensor& t = m.add(Tensor("position_ids", DType::kI64, {B, T}));
     for (int64_t b = 0; b < B; ++b) {
       int64_t* out[3] = {t.as<int64_t>() + b * T, nullptr, nullptr};
-      packed_row(Stream(c.seed(), "position_ids/" + std::to_string(b)), T, 0, false, out);
+      packed_row(Stream(d.seed, "position_ids/" + std::to_string(b)), T, 0, false, out);
     }
   } else {
     // Seeded real-token counts; row 0 is partly padded, and with three or more rows row 1 has no
     // padding and row 2 is all padding.
-    const Stream st(c.seed(), "padding");
-    const std::string pad = c.get("pad");
+    const Stream st(d.seed, "padding");
     Tensor& t = m.add(Tensor("padding_mask", DType::kU8, {B, T}));
     for (int64_t b = 0; b < B; ++b) {
       int64_t real = scaled(st.uniform(static_cast<uint64_t>(b)), T + 1);
       if (b == 0 && T >= 2) real = std::min(std::max<int64_t>(real, 1), T - 1);
       if (B >= 3 && b == 1) real = T;
       if (B >= 3 && b == 2) real = 0;
-      const bool left = pad == "left" || (pad == "mixed" && b % 2 == 0);
+      const bool left = d.pad == Pad::kLeft || (d.pad == Pad::kMixed && b % 2 == 0);
       for (int64_t j = 0; j < T; ++j)
         t.as<uint8_t>()[b * T + j] = left ? (j >= T - real) : (j < real);
     }
@@ -306,7 +292,10 @@ TensorMap generate_segments(const Case& c, const GenOptions&) {
   return m;
 }
 
-int64_t segments_bytes(const Case& c) { return c.get_int("B") * c.get_int("T") * 8; }
+int64_t segments_bytes(const Case& c) {
+  const Params d = decode(c);
+  return d.B * d.T * 8;
+}
 
 // ---- suites ----------------------------------------------------------------------------------
 
@@ -316,7 +305,7 @@ struct CacheShape {
   int64_t q, offset, kv;
 };
 
-Params shape_of(const CacheShape& s) {
+SuiteParams shape_of(const CacheShape& s) {
   return {{"cache", s.cache},
           {"q", std::to_string(s.q)},
           {"offset", std::to_string(s.offset)},
@@ -336,7 +325,9 @@ const std::vector<CacheShape>& gate_shapes() {
 
 void mask_suite(SuiteBuilder& b, Tier tier) {
   int seed = 1;
-  auto add = [&](const Params& p) { b.add("mask", merge(p, {{"seed", std::to_string(seed++)}})); };
+  auto add = [&](const SuiteParams& p) {
+    b.add("mask", merge(p, {{"seed", std::to_string(seed++)}}));
+  };
   if (tier == Tier::kSmoke) {
     add({{"B", "2"}, {"q", "24"}, {"padding", "left"}, {"packed", "packed"}});
     add(merge(shape_of({"dynamic", 1, 37, 0}), {{"window", "16"}, {"padding", "left"}}));
@@ -345,16 +336,16 @@ void mask_suite(SuiteBuilder& b, Tier tier) {
     return;
   }
   // Every rule and combination across cache modes, padding and packing.
-  const std::vector<Params> rules{{},
-                                  {{"window", "1"}},
-                                  {{"window", "4"}},
-                                  {{"window", "16"}},
-                                  {{"chunk", "4"}},
-                                  {{"chunk", "16"}},
-                                  {{"causal", "0"}}};
+  const std::vector<SuiteParams> rules{{},
+                                       {{"window", "1"}},
+                                       {{"window", "4"}},
+                                       {{"window", "16"}},
+                                       {{"chunk", "4"}},
+                                       {{"chunk", "16"}},
+                                       {{"causal", "0"}}};
   const std::vector<CacheShape> shapes{
       {"none", 24, 0, 0}, {"chunked", 16, 24, 0}, {"dynamic", 1, 37, 0}, {"static", 24, 0, 64}};
-  for (const Params& rule : rules)
+  for (const SuiteParams& rule : rules)
     for (const CacheShape& s : shapes)
       for (const char* padding : {"none", "left", "right"})
         for (const char* packed : {"none", "packed"}) {
@@ -385,15 +376,16 @@ void mask_suite(SuiteBuilder& b, Tier tier) {
                                 {"window", "8"}}));
   // When a mask may be skipped, and when not: square and last-query causal (skip), window not
   // reached (skip), window reached, static cache (never).
-  for (const Params& p : std::vector<Params>{{{"q", "1"}},
-                                             {{"q", "64"}},
-                                             {{"q", "64"}, {"window", "65"}},
-                                             {{"q", "64"}, {"window", "64"}},
-                                             {{"q", "64"}, {"chunk", "100"}},
-                                             {{"q", "1"}, {"offset", "63"}, {"cache", "dynamic"}},
-                                             {{"q", "2"}, {"offset", "62"}, {"cache", "dynamic"}},
-                                             {{"q", "1"}, {"kv", "64"}, {"cache", "static"}},
-                                             {{"q", "64"}, {"kv", "65"}, {"cache", "static"}}})
+  for (const SuiteParams& p :
+       std::vector<SuiteParams>{{{"q", "1"}},
+                                {{"q", "64"}},
+                                {{"q", "64"}, {"window", "65"}},
+                                {{"q", "64"}, {"window", "64"}},
+                                {{"q", "64"}, {"chunk", "100"}},
+                                {{"q", "1"}, {"offset", "63"}, {"cache", "dynamic"}},
+                                {{"q", "2"}, {"offset", "62"}, {"cache", "dynamic"}},
+                                {{"q", "1"}, {"kv", "64"}, {"cache", "static"}},
+                                {{"q", "64"}, {"kv", "65"}, {"cache", "static"}}})
     add(p);
   // Sizes around powers of two, and one long sequence.
   for (const auto& [q, offset] : std::vector<std::pair<int, int>>{{127, 0}, {129, 0}, {65, 63}})
@@ -428,7 +420,7 @@ void mask_suite(SuiteBuilder& b, Tier tier) {
 
 void layers_suite(SuiteBuilder& b, Tier tier) {
   int seed = 1;
-  auto add = [&](const Params& p) {
+  auto add = [&](const SuiteParams& p) {
     b.add("layers", merge(p, {{"seed", std::to_string(seed++)}}));
   };
   if (tier == Tier::kSmoke) {
@@ -469,7 +461,7 @@ void layers_suite(SuiteBuilder& b, Tier tier) {
 
 void segments_suite(SuiteBuilder& b, Tier tier) {
   int seed = 1;
-  auto add = [&](const Params& p) {
+  auto add = [&](const SuiteParams& p) {
     b.add("segments", merge(p, {{"seed", std::to_string(seed++)}}));
   };
   if (tier == Tier::kSmoke) {
@@ -495,6 +487,40 @@ void segments_suite(SuiteBuilder& b, Tier tier) {
 }
 
 }  // namespace
+
+Params decode(const Case& c) {
+  Params d;
+  const auto op =
+      std::find_if(kOpNames.begin(), kOpNames.end(), [&](const char* n) { return c.op() == n; });
+  if (op == kOpNames.end())
+    throw std::invalid_argument("not a mask, layers or segments case: " + c.id());
+  d.op = static_cast<Op>(op - kOpNames.begin());
+  d.seed = c.seed();
+  d.B = c.get_int("B");
+  if (d.op == Op::kSegments) {
+    d.source = decode_choice<Source>(c, "source", kSourceNames);
+    d.T = c.get_int("T");
+    d.pad = decode_choice<Pad>(c, "pad", kPadNames);
+    return d;
+  }
+  d.q = c.get_int("q");
+  d.kv = c.get_int("kv");
+  d.offset = c.get_int("offset");
+  d.kv_length = d.kv > 0 ? d.kv : d.offset + d.q;
+  d.cache = decode_choice<Cache>(c, "cache", kCacheNames);
+  d.window = c.get_int("window");
+  d.chunk = c.get_int("chunk");
+  d.padding = decode_choice<Padding>(c, "padding", kPaddingNames);
+  d.packed = decode_choice<Packed>(c, "packed", kPackedNames);
+  if (d.op == Op::kMask) {
+    d.causal = c.get_bool("causal");
+    d.format = decode_choice<Format>(c, "format", kFormatNames);
+    d.dtype = decode_dtype(c);
+  } else {
+    d.layer_types = mask_layer_types(c.get("pattern"));
+  }
+  return d;
+}
 
 bool is_mask_op(const std::string& op) {
   return op == "mask" || op == "layers" || op == "segments";
@@ -533,14 +559,14 @@ std::vector<std::string> mask_layer_types(const std::string& pattern) {
   return out;
 }
 
-OpDefinition mask_definition() {
+cases::OpDefinition mask_definition() {
   return {mask_schema(), generate_masked_tokens, masked_tokens_bytes, mask_suite};
 }
-OpDefinition layers_definition() {
+cases::OpDefinition layers_definition() {
   return {layers_schema(), generate_masked_tokens, masked_tokens_bytes, layers_suite};
 }
-OpDefinition segments_definition() {
+cases::OpDefinition segments_definition() {
   return {segments_schema(), generate_segments, segments_bytes, segments_suite};
 }
 
-}  // namespace deltacheck::cases
+}  // namespace deltacheck::ops::mask

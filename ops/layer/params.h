@@ -1,0 +1,43 @@
+// The layer operation (the whole linear-attention layer around the rule): its parameters, decoded
+// once from a case id into types, its definition (case.cc) and its Operation (operation.cc).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "cases/case.h"
+#include "cases/op.h"
+#include "cases/tensor.h"
+#include "ops/operation.h"
+
+namespace deltacheck::ops::layer {
+
+enum class State { kNone, kRand, kMixed };
+enum class Cache { kNone, kPrefill, kDecode, kChunked, kDynamic };
+
+// The names the case id spells each value with (index = enum value).
+inline constexpr std::array<const char*, 3> kStateNames{"none", "rand", "mixed"};
+inline constexpr std::array<const char*, 5> kCacheNames{"none", "prefill", "decode", "chunked",
+                                                        "dynamic"};
+
+// A layer case's parameters. T: total tokens; D = 2 H K + HV V, the conv's channels.
+struct Params {
+  cases::Layout layout;
+  int64_t T = 0, N = 0, H = 0, HV = 0, K = 0, V = 0, W = 0, D = 0;
+  bool bias = true;
+  cases::DType dtype = cases::DType::kF32;
+  State state = State::kRand;
+  Cache cache = Cache::kPrefill;
+  int64_t calls = 0;
+  uint64_t seed = 0;
+  // Whether recurrent and conv states flow in and out (every cache mode but none).
+  bool states() const { return cache != Cache::kNone; }
+};
+
+// The parameters of a layer case; throws std::invalid_argument for a case of another op.
+Params decode(const cases::Case& c);
+
+cases::OpDefinition definition();  // case.cc
+const Operation& operation();      // operation.cc
+
+}  // namespace deltacheck::ops::layer

@@ -1,0 +1,42 @@
+// Matmul precision names and the rule's baseline formulations (ops/precision.h).
+#include "ops/precision.h"
+
+#include <stdexcept>
+
+namespace deltacheck::ops {
+
+const char* matmul_precision_name(MatmulPrecision p) {
+  return p == MatmulPrecision::kTF32 ? "tf32" : "fp32";
+}
+
+MatmulPrecision matmul_precision_from_name(const std::string& s) {
+  if (s == "fp32" || s == "default" || s.empty()) return MatmulPrecision::kDefault;
+  if (s == "tf32") return MatmulPrecision::kTF32;
+  throw std::invalid_argument("unknown matmul precision '" + s + "' (fp32 | tf32)");
+}
+
+std::vector<reference::Arithmetic> rule_baselines(cases::DType dtype, MatmulPrecision precision) {
+  using reference::Rounding;
+  const Rounding act = dtype == cases::DType::kBF16  ? Rounding::kBF16
+                       : dtype == cases::DType::kF16 ? Rounding::kF16
+                                                     : Rounding::kNone;
+  reference::Arithmetic recurrent;
+  recurrent.fp32 = true;
+  recurrent.output = act;
+  reference::Arithmetic chunked = recurrent;
+  chunked.form = reference::Formulation::kChunked;
+  std::vector<reference::Arithmetic> out{recurrent, chunked};
+  if (act != Rounding::kNone) {
+    reference::Arithmetic lowp = chunked;
+    lowp.operands = act;
+    lowp.stored = act;
+    out.push_back(lowp);
+  } else if (precision == MatmulPrecision::kTF32) {
+    reference::Arithmetic tf32 = chunked;
+    tf32.operands = Rounding::kTF32;
+    out.push_back(tf32);
+  }
+  return out;
+}
+
+}  // namespace deltacheck::ops

@@ -1,0 +1,50 @@
+// The list of operations (one line per op): schema, generator and suite entries, and Operation.
+#include "ops/registry.h"
+
+#include <stdexcept>
+
+#include "ops/gdr/params.h"
+#include "ops/layer/params.h"
+#include "ops/mask/params.h"
+
+namespace deltacheck::ops {
+
+const std::vector<RegisteredOp>& registry() {
+  static const std::vector<RegisteredOp> ops{
+      {gdr::definition(), &gdr::operation()},
+      {layer::definition(), &layer::operation()},
+      {mask::mask_definition(), &mask::operation()},
+      {mask::layers_definition(), &mask::operation()},
+      {mask::segments_definition(), &mask::operation()},
+  };
+  return ops;
+}
+
+const RegisteredOp& find(const std::string& op) {
+  for (const RegisteredOp& r : registry())
+    if (r.definition.schema.op == op) return r;
+  cases::find_schema(op);  // throws the error that lists the known operations
+  throw cases::CaseIdError("unknown operation '" + op + "'");
+}
+
+const Operation& operation_for(const cases::Case& c) {
+  for (const RegisteredOp& r : registry())
+    if (r.definition.schema.op == c.op()) return *r.operation;
+  throw std::invalid_argument("no operation '" + c.op() + "'");
+}
+
+}  // namespace deltacheck::ops
+
+namespace deltacheck::cases {
+
+// Declared in cases/op.h: the case model's view of the registry.
+const std::vector<OpDefinition>& op_definitions() {
+  static const std::vector<OpDefinition> defs = [] {
+    std::vector<OpDefinition> d;
+    for (const ops::RegisteredOp& r : ops::registry()) d.push_back(r.definition);
+    return d;
+  }();
+  return defs;
+}
+
+}  // namespace deltacheck::cases
