@@ -17,6 +17,12 @@
 #define DELTACHECK_X86_CLONES 0
 #define DELTACHECK_TARGET_AVX2
 #endif
+// The bodies both clones share are inlined into each, so each is compiled for its target.
+#if defined(__GNUC__) || defined(__clang__)
+#define DELTACHECK_ALWAYS_INLINE __attribute__((always_inline)) inline
+#else
+#define DELTACHECK_ALWAYS_INLINE inline
+#endif
 
 namespace deltacheck::core {
 

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <limits>
 
+#include "core/simd.h"
+
 namespace deltacheck::reference {
 
 enum class Rounding {
@@ -57,7 +59,7 @@ namespace detail {
 // narrower format is 2^drop of its own (subnormals included), so this gives the bits of
 // round_to_format(); a carry past the largest finite value makes the bits of infinity, as
 // round_to_format() overflows. Infinities and NaN are returned as they are.
-inline float round_float_bits(float x, int drop) {
+DELTACHECK_ALWAYS_INLINE float round_float_bits(float x, int drop) {
   uint32_t b;
   std::memcpy(&b, &x, sizeof b);
   if ((b & 0x7f800000u) == 0x7f800000u) return x;
@@ -69,8 +71,9 @@ inline float round_float_bits(float x, int drop) {
 }  // namespace detail
 
 // The same for a float: the result is exactly representable in fp32 for every format above (and
-// equal to the double version's; fp16, whose exponents are narrower, goes through it).
-inline float round_to(Rounding r, float x) {
+// equal to the double version's; fp16, whose exponents are narrower, goes through it). Inlined
+// into the baselines' loops (and their AVX2 clones), where it runs on every element.
+DELTACHECK_ALWAYS_INLINE float round_to(Rounding r, float x) {
   switch (r) {
     case Rounding::kNone:
       return x;
