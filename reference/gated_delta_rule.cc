@@ -187,18 +187,25 @@ DELTACHECK_CLONES(recurrent_lane,
                    GatedDeltaRuleResult& r),
                   (a, output, L, r))
 
-template <typename T>
-GatedDeltaRuleResult recurrent(const GatedDeltaRuleArgs& a, Rounding output) {
-  validate(a);
+// A zeroed result for a's shapes, then lane(avx2, L, r) on every lane L, spread over threads.
+template <typename LaneFn>
+GatedDeltaRuleResult run_lanes(const GatedDeltaRuleArgs& a, LaneFn&& lane) {
   const int64_t K = a.key_dim, V = a.value_dim, HV = a.num_value_heads;
   GatedDeltaRuleResult r;
   r.output.assign(static_cast<size_t>(a.batch * a.seq_len * HV * V), 0.0);
   r.final_state.assign(static_cast<size_t>(num_sequences(a) * HV * K * V), 0.0);
   const std::vector<Lane> lanes = make_lanes(a);
   const bool avx2 = core::use_avx2();
-  for_each_lane(static_cast<int64_t>(lanes.size()),
-                [&](int64_t li) { recurrent_lane_dispatch<T>(avx2, a, output, lanes[li], r); });
+  for_each_lane(static_cast<int64_t>(lanes.size()), [&](int64_t li) { lane(avx2, lanes[li], r); });
   return r;
+}
+
+template <typename T>
+GatedDeltaRuleResult recurrent(const GatedDeltaRuleArgs& a, Rounding output) {
+  validate(a);
+  return run_lanes(a, [&](bool avx2, const Lane& L, GatedDeltaRuleResult& r) {
+    recurrent_lane_dispatch<T>(avx2, a, output, L, r);
+  });
 }
 
 // s[j] = sum over m in [0, rows) of coef[m] * M[m * stride + j], for j < cols: each sum from zero
@@ -354,15 +361,9 @@ template <typename T>
 GatedDeltaRuleResult chunked(const GatedDeltaRuleArgs& a, const Arithmetic& how) {
   validate(a);
   if (how.chunk_size < 1) throw std::invalid_argument("chunk_size must be >= 1");
-  const int64_t K = a.key_dim, V = a.value_dim, HV = a.num_value_heads;
-  GatedDeltaRuleResult r;
-  r.output.assign(static_cast<size_t>(a.batch * a.seq_len * HV * V), 0.0);
-  r.final_state.assign(static_cast<size_t>(num_sequences(a) * HV * K * V), 0.0);
-  const std::vector<Lane> lanes = make_lanes(a);
-  const bool avx2 = core::use_avx2();
-  for_each_lane(static_cast<int64_t>(lanes.size()),
-                [&](int64_t li) { chunked_lane_dispatch<T>(avx2, a, how, lanes[li], r); });
-  return r;
+  return run_lanes(a, [&](bool avx2, const Lane& L, GatedDeltaRuleResult& r) {
+    chunked_lane_dispatch<T>(avx2, a, how, L, r);
+  });
 }
 
 }  // namespace
