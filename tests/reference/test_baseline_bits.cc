@@ -198,14 +198,16 @@ INSTANTIATE_TEST_SUITE_P(Paths, BaselineBitsOnPath, testing::Values(false, true)
                            return p.param ? "portable" : "native";
                          });
 
-// round_to on a float (on its bits for TF32 and bf16) against the definition on the exact double
+// round_to on a float (on its bits) against the definition on the exact double
 // value, over a sweep of every float bit pattern and the edges: subnormals, ties, the largest
 // finite values and overflow, zeros, infinities and NaN.
 TEST(BaselineBits, FloatRoundingHasTheBitsOfTheDefinition) {
   std::vector<uint32_t> patterns;
   for (uint64_t b = 0; b <= 0xffffffffull; b += 997) patterns.push_back(static_cast<uint32_t>(b));
   for (uint32_t base :
-       {0x00000000u, 0x00800000u, 0x3f800000u, 0x477fe000u, 0x7f7f0000u, 0x7f7fe000u, 0x7f800000u})
+       {0x00000000u, 0x00800000u, 0x3f800000u, 0x477fe000u, 0x7f7f0000u, 0x7f7fe000u, 0x7f800000u,
+        // fp16's edges: 2^-14 (its smallest normal), 2^-24 (its quantum below) and 2^-25
+        0x38800000u, 0x33800000u, 0x33000000u})
     for (uint32_t d = 0; d < 0x20000u; ++d)
       for (uint32_t sign : {0u, 0x80000000u}) {
         patterns.push_back(sign | (base + d));
