@@ -54,7 +54,12 @@ std::string hex(uint64_t h) {
 
 class GeneratorBits : public testing::TestWithParam<bool> {
  protected:
-  void SetUp() override { core::set_simd_portable(GetParam()); }
+  void SetUp() override {
+    core::set_simd_portable(GetParam());
+    if (GetParam()) {
+      ASSERT_FALSE(core::use_avx2());  // the portable path is the one that runs
+    }
+  }
   void TearDown() override { core::set_simd_portable(false); }
 };
 

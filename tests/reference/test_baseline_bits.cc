@@ -147,7 +147,12 @@ const uint64_t kPinned[3][7][2] = {
 // AVX2 the first instance runs the portable path too).
 class BaselineBitsOnPath : public testing::TestWithParam<bool> {
  protected:
-  void SetUp() override { core::set_simd_portable(GetParam()); }
+  void SetUp() override {
+    core::set_simd_portable(GetParam());
+    if (GetParam()) {
+      ASSERT_FALSE(core::use_avx2());  // the portable path is the one that runs
+    }
+  }
   void TearDown() override { core::set_simd_portable(false); }
 };
 
