@@ -3,11 +3,13 @@
 #include "reference/gated_delta_rule.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <stdexcept>
 #include <string>
-#include <thread>
+#include <utility>
+
+#include "core/parallel_for.h"
+#include "core/simd.h"
 
 namespace deltacheck::reference {
 namespace {
@@ -21,24 +23,12 @@ struct Lane {
   int64_t value_head;   // hv
 };
 
-// Runs fn(i) for i in [0, n) on all hardware threads. The oracle is plain loops, but it is run on
-// every case of every suite, so independent (sequence, head) lanes are spread over the cores.
+// Runs fn(i) for i in [0, n) on all hardware threads (the pool of core/parallel_for.h, whose
+// threads are kept between calls). The oracle is plain loops, but it is run on every case of every
+// suite, so independent (sequence, head) lanes are spread over the cores.
 template <typename Fn>
 void for_each_lane(int64_t n, Fn&& fn) {
-  unsigned hw = std::thread::hardware_concurrency();
-  int64_t workers = std::min<int64_t>(n, hw == 0 ? 1 : static_cast<int64_t>(hw));
-  if (workers <= 1) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  auto work = [&] {
-    for (int64_t i = next++; i < n; i = next++) fn(i);
-  };
-  std::vector<std::thread> threads;
-  for (int64_t w = 1; w < workers; ++w) threads.emplace_back(work);
-  work();
-  for (auto& t : threads) t.join();
+  core::parallel_for(n, 0, fn);
 }
 
 std::vector<Lane> make_lanes(const GatedDeltaRuleArgs& a) {
@@ -56,8 +46,8 @@ std::vector<Lane> make_lanes(const GatedDeltaRuleArgs& a) {
 // Copies q or k of one token and head in the compute type, applying the optional L2 norm and a
 // factor.
 template <typename T>
-void load_qk(const GatedDeltaRuleArgs& a, const double* src, int64_t row, int64_t t, int64_t head,
-             T factor, T* dst) {
+DELTACHECK_ALWAYS_INLINE void load_qk(const GatedDeltaRuleArgs& a, const double* src, int64_t row,
+                                      int64_t t, int64_t head, T factor, T* dst) {
   const int64_t K = a.key_dim;
   const double* x = src + ((row * a.seq_len + t) * a.num_heads + head) * K;
   T inv = T(1);
@@ -102,20 +92,51 @@ void validate(const GatedDeltaRuleArgs& a) {
 
 namespace {
 
-// The token recurrence in compute type T; o rounded to `output` as the kernel stores it.
+// round_to(op, round_to(st, x)): a value stored in the activation dtype, then read as an operand.
 template <typename T>
-GatedDeltaRuleResult recurrent(const GatedDeltaRuleArgs& a, Rounding output) {
-  validate(a);
+DELTACHECK_ALWAYS_INLINE T round2(Rounding op, Rounding st, T x) {
+  return round_to(op, round_to(st, x));
+}
+
+// NAME_dispatch<T>(avx2, args...): NAME<T>(args...) compiled twice, for baseline x86-64 and as an
+// AVX2 clone (core/simd.h), the clone run when `avx2`. Neither uses FMA (no "fma" target, and the
+// reference is built with -ffp-contract=off) nor reorders a sum (no -ffast-math): the clone does
+// the same operations on the same values in the same order, in wider registers, so both give the
+// same bits (tests/reference/test_baseline_bits.cc runs both).
+#if DELTACHECK_X86_CLONES
+#define DELTACHECK_CLONES(NAME, PARAMS, ARGS)       \
+  template <typename T>                             \
+  void NAME##_portable PARAMS {                     \
+    NAME<T> ARGS;                                   \
+  }                                                 \
+  template <typename T>                             \
+  DELTACHECK_TARGET_AVX2 void NAME##_avx2 PARAMS {  \
+    NAME<T> ARGS;                                   \
+  }                                                 \
+  template <typename T, typename... A>              \
+  void NAME##_dispatch(bool avx2, A&&... args) {    \
+    if (avx2)                                       \
+      NAME##_avx2<T>(std::forward<A>(args)...);     \
+    else                                            \
+      NAME##_portable<T>(std::forward<A>(args)...); \
+  }
+#else
+#define DELTACHECK_CLONES(NAME, PARAMS, ARGS) \
+  template <typename T, typename... A>        \
+  void NAME##_dispatch(bool, A&&... args) {   \
+    NAME<T>(std::forward<A>(args)...);        \
+  }
+#endif
+
+// The token recurrence in compute type T; o rounded to `output` as the kernel stores it.
+// One lane of it, writing its rows of r.
+template <typename T>
+DELTACHECK_ALWAYS_INLINE void recurrent_lane(const GatedDeltaRuleArgs& a, Rounding output,
+                                             const Lane& L, GatedDeltaRuleResult& r) {
   const int64_t K = a.key_dim, V = a.value_dim, H = a.num_heads, HV = a.num_value_heads;
   const int64_t group = HV / H;
   const T scale = static_cast<T>(resolved_scale(a));
-  GatedDeltaRuleResult r;
-  r.output.assign(static_cast<size_t>(a.batch * a.seq_len * HV * V), 0.0);
-  r.final_state.assign(static_cast<size_t>(num_sequences(a) * HV * K * V), 0.0);
-  const std::vector<Lane> lanes = make_lanes(a);
-
-  for_each_lane(static_cast<int64_t>(lanes.size()), [&](int64_t li) {
-    const Lane& L = lanes[li];
+  {
     const int64_t qk_head = L.value_head / group;
     std::vector<T> S(static_cast<size_t>(K * V), T(0));  // [K][V]
     if (a.initial_state) {
@@ -159,8 +180,32 @@ GatedDeltaRuleResult recurrent(const GatedDeltaRuleArgs& a, Rounding output) {
     }
     double* fs = r.final_state.data() + (L.seq * HV + L.value_head) * K * V;
     for (int64_t i = 0; i < K * V; ++i) fs[i] = static_cast<double>(S[i]);
-  });
+  }
+}
+DELTACHECK_CLONES(recurrent_lane,
+                  (const GatedDeltaRuleArgs& a, Rounding output, const Lane& L,
+                   GatedDeltaRuleResult& r),
+                  (a, output, L, r))
+
+// A zeroed result for a's shapes, then lane(avx2, L, r) on every lane L, spread over threads.
+template <typename LaneFn>
+GatedDeltaRuleResult run_lanes(const GatedDeltaRuleArgs& a, LaneFn&& lane) {
+  const int64_t K = a.key_dim, V = a.value_dim, HV = a.num_value_heads;
+  GatedDeltaRuleResult r;
+  r.output.assign(static_cast<size_t>(a.batch * a.seq_len * HV * V), 0.0);
+  r.final_state.assign(static_cast<size_t>(num_sequences(a) * HV * K * V), 0.0);
+  const std::vector<Lane> lanes = make_lanes(a);
+  const bool avx2 = core::use_avx2();
+  for_each_lane(static_cast<int64_t>(lanes.size()), [&](int64_t li) { lane(avx2, lanes[li], r); });
   return r;
+}
+
+template <typename T>
+GatedDeltaRuleResult recurrent(const GatedDeltaRuleArgs& a, Rounding output) {
+  validate(a);
+  return run_lanes(a, [&](bool avx2, const Lane& L, GatedDeltaRuleResult& r) {
+    recurrent_lane_dispatch<T>(avx2, a, output, L, r);
+  });
 }
 
 // s[j] = sum over m in [0, rows) of coef[m] * M[m * stride + j], for j < cols: each sum from zero
@@ -169,8 +214,8 @@ GatedDeltaRuleResult recurrent(const GatedDeltaRuleArgs& a, Rounding output) {
 // rows per pass keep s in registers longer; each element's additions stay in order (the reference
 // is built without contraction into FMA).
 template <typename T>
-void combine_rows(const T* coef, int64_t rows, const T* M, int64_t stride, int64_t cols,
-                  T* __restrict s, bool accumulate = false) {
+DELTACHECK_ALWAYS_INLINE void combine_rows(const T* coef, int64_t rows, const T* M, int64_t stride,
+                                           int64_t cols, T* __restrict s, bool accumulate = false) {
   if (!accumulate)
     for (int64_t j = 0; j < cols; ++j) s[j] = T(0);
   int64_t m = 0;
@@ -194,23 +239,16 @@ void combine_rows(const T* coef, int64_t rows, const T* M, int64_t stride, int64
 // kNone it is the plain chunked algorithm; a rounding models where a tensor-core kernel reads
 // matmul operands in a narrower format (`op`) and keeps intermediates in the activation dtype
 // (`st`).
+// One lane of it, writing its rows of r.
 template <typename T>
-GatedDeltaRuleResult chunked(const GatedDeltaRuleArgs& a, const Arithmetic& how) {
-  validate(a);
+DELTACHECK_ALWAYS_INLINE void chunked_lane(const GatedDeltaRuleArgs& a, const Arithmetic& how,
+                                           const Lane& L, GatedDeltaRuleResult& r) {
   const int64_t C = how.chunk_size;
-  if (C < 1) throw std::invalid_argument("chunk_size must be >= 1");
   const int64_t K = a.key_dim, V = a.value_dim, H = a.num_heads, HV = a.num_value_heads;
   const int64_t group = HV / H;
   const T scale = static_cast<T>(resolved_scale(a));
   const Rounding op = how.operands, st = how.stored;
-  auto R = [](Rounding r, T x) { return round_to(r, x); };
-  GatedDeltaRuleResult r;
-  r.output.assign(static_cast<size_t>(a.batch * a.seq_len * HV * V), 0.0);
-  r.final_state.assign(static_cast<size_t>(num_sequences(a) * HV * K * V), 0.0);
-  const std::vector<Lane> lanes = make_lanes(a);
-
-  for_each_lane(static_cast<int64_t>(lanes.size()), [&](int64_t li) {
-    const Lane& L = lanes[li];
+  {
     const int64_t qk_head = L.value_head / group;
     std::vector<T> S(static_cast<size_t>(K * V), T(0));  // [K][V], kept in T between chunks
     if (a.initial_state) {
@@ -237,8 +275,8 @@ GatedDeltaRuleResult chunked(const GatedDeltaRuleArgs& a, const Arithmetic& how)
         load_qk<T>(a, a.q, L.batch_row, pos, qk_head, T(1), &Q[t * K]);
         load_qk<T>(a, a.k, L.batch_row, pos, qk_head, T(1), &Kc[t * K]);
         for (int64_t i = 0; i < K; ++i) {
-          Q[t * K + i] = R(op, R(st, Q[t * K + i]));
-          Kc[t * K + i] = R(op, R(st, Kc[t * K + i]));
+          Q[t * K + i] = round2(op, st, Q[t * K + i]);
+          Kc[t * K + i] = round2(op, st, Kc[t * K + i]);
           KcT[i * C + t] = Kc[t * K + i];
         }
         for (int64_t j = 0; j < V; ++j) Vc[t * V + j] = static_cast<T>(a.v[tok * V + j]);
@@ -247,13 +285,11 @@ GatedDeltaRuleResult chunked(const GatedDeltaRuleArgs& a, const Arithmetic& how)
         B[t] = static_cast<T>(a.beta[tok]);
       }
       T* const s = acc.data();
-      // s[j] = x . k_j for the tokens j < count (x: K values), each sum over i in order.
-      auto dots_with_keys = [&](const T* x, int64_t count) {
-        combine_rows(x, K, KcT.data(), C, count, s);
-      };
+      // dots_with_keys: s[j] = x . k_j for the tokens j < count (x: K values), each sum over i in
+      // order: combine_rows(x, K, KcT.data(), C, count, s).
       // A_tj = beta_t exp(G_t - G_j) (k_t . k_j), j < t; T = (I + A)^-1 by forward substitution.
       for (int64_t t = 0; t < n; ++t) {
-        dots_with_keys(&Kc[t * K], t);
+        combine_rows(&Kc[t * K], K, KcT.data(), C, t, s);  // dots_with_keys
         for (int64_t j = 0; j < t; ++j) A[t * n + j] = B[t] * std::exp(G[t] - G[j]) * s[j];
       }
       for (int64_t i = 0; i < n * n; ++i) Tm[i] = T(0);
@@ -269,24 +305,24 @@ GatedDeltaRuleResult chunked(const GatedDeltaRuleArgs& a, const Arithmetic& how)
         for (int64_t col = 0; col < t; ++col) Tm[t * n + col] = -s[col];
         Tm[t * n + t] = T(1);
       }
-      for (int64_t i = 0; i < n * n; ++i) Tm[i] = R(op, R(st, Tm[i]));
+      for (int64_t i = 0; i < n * n; ++i) Tm[i] = round2(op, st, Tm[i]);
       // w = T (beta exp(G) k),  u = T (beta v)
       for (int64_t t = 0; t < n; ++t) {
         const T eg = std::exp(G[t]);
-        for (int64_t i = 0; i < K; ++i) KB[t * K + i] = R(op, R(st, Kc[t * K + i] * B[t] * eg));
-        for (int64_t j = 0; j < V; ++j) VB[t * V + j] = R(op, R(st, Vc[t * V + j] * B[t]));
+        for (int64_t i = 0; i < K; ++i) KB[t * K + i] = round2(op, st, Kc[t * K + i] * B[t] * eg);
+        for (int64_t j = 0; j < V; ++j) VB[t * V + j] = round2(op, st, Vc[t * V + j] * B[t]);
       }
       for (int64_t t = 0; t < n; ++t) {
         combine_rows(&Tm[t * n], t + 1, KB.data(), K, K, s);
-        for (int64_t i = 0; i < K; ++i) W[t * K + i] = R(op, R(st, s[i]));
+        for (int64_t i = 0; i < K; ++i) W[t * K + i] = round2(op, st, s[i]);
         combine_rows(&Tm[t * n], t + 1, VB.data(), V, V, s);
-        for (int64_t j = 0; j < V; ++j) U[t * V + j] = R(st, s[j]);
+        for (int64_t j = 0; j < V; ++j) U[t * V + j] = round_to(st, s[j]);
       }
       // The state as a matmul operand; v_new = u - w S.
-      for (int64_t i = 0; i < K * V; ++i) Sop[i] = R(op, R(st, S[i]));
+      for (int64_t i = 0; i < K * V; ++i) Sop[i] = round2(op, st, S[i]);
       for (int64_t t = 0; t < n; ++t) {
         combine_rows(&W[t * K], K, Sop.data(), V, V, s);
-        for (int64_t j = 0; j < V; ++j) Vn[t * V + j] = R(op, R(st, U[t * V + j] - s[j]));
+        for (int64_t j = 0; j < V; ++j) Vn[t * V + j] = round2(op, st, U[t * V + j] - s[j]);
       }
       // o = scale (exp(G) q S + (q k^T * decay)_{j<=t} v_new)
       for (int64_t t = 0; t < n; ++t) {
@@ -295,8 +331,8 @@ GatedDeltaRuleResult chunked(const GatedDeltaRuleArgs& a, const Arithmetic& how)
         const T eg = std::exp(G[t]);
         combine_rows(&Q[t * K], K, Sop.data(), V, V, s);
         for (int64_t j = 0; j < V; ++j) O[j] = eg * s[j];
-        dots_with_keys(&Q[t * K], t + 1);
-        for (int64_t m = 0; m <= t; ++m) s[m] = R(op, R(st, std::exp(G[t] - G[m]) * s[m]));
+        combine_rows(&Q[t * K], K, KcT.data(), C, t + 1, s);  // dots_with_keys
+        for (int64_t m = 0; m <= t; ++m) s[m] = round2(op, st, std::exp(G[t] - G[m]) * s[m]);
         combine_rows(s, t + 1, Vn.data(), V, V, O.data(), true);
         double* out = r.output.data() + tok * V;
         for (int64_t j = 0; j < V; ++j)
@@ -307,15 +343,27 @@ GatedDeltaRuleResult chunked(const GatedDeltaRuleArgs& a, const Arithmetic& how)
       for (int64_t i = 0; i < K * V; ++i) S[i] *= eglast;
       for (int64_t m = 0; m < n; ++m) {
         const T d = std::exp(glast - G[m]);
-        for (int64_t j = 0; j < V; ++j) D[m * V + j] = R(op, R(st, Vn[m * V + j] * d));
+        for (int64_t j = 0; j < V; ++j) D[m * V + j] = round2(op, st, Vn[m * V + j] * d);
       }
       // Row i of S gains k_m,i D_m for m in order: row i of k transposed combines the rows of D.
       for (int64_t i = 0; i < K; ++i) combine_rows(&KcT[i * C], n, D.data(), V, V, &S[i * V], true);
     }
     double* fs = r.final_state.data() + (L.seq * HV + L.value_head) * K * V;
     for (int64_t i = 0; i < K * V; ++i) fs[i] = static_cast<double>(S[i]);
+  }
+}
+DELTACHECK_CLONES(chunked_lane,
+                  (const GatedDeltaRuleArgs& a, const Arithmetic& how, const Lane& L,
+                   GatedDeltaRuleResult& r),
+                  (a, how, L, r))
+
+template <typename T>
+GatedDeltaRuleResult chunked(const GatedDeltaRuleArgs& a, const Arithmetic& how) {
+  validate(a);
+  if (how.chunk_size < 1) throw std::invalid_argument("chunk_size must be >= 1");
+  return run_lanes(a, [&](bool avx2, const Lane& L, GatedDeltaRuleResult& r) {
+    chunked_lane_dispatch<T>(avx2, a, how, L, r);
   });
-  return r;
 }
 
 }  // namespace

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <limits>
 
+#include "core/simd.h"
+
 namespace deltacheck::reference {
 
 enum class Rounding {
@@ -57,7 +59,7 @@ namespace detail {
 // narrower format is 2^drop of its own (subnormals included), so this gives the bits of
 // round_to_format(); a carry past the largest finite value makes the bits of infinity, as
 // round_to_format() overflows. Infinities and NaN are returned as they are.
-inline float round_float_bits(float x, int drop) {
+DELTACHECK_ALWAYS_INLINE float round_float_bits(float x, int drop) {
   uint32_t b;
   std::memcpy(&b, &x, sizeof b);
   if ((b & 0x7f800000u) == 0x7f800000u) return x;
@@ -66,11 +68,31 @@ inline float round_float_bits(float x, int drop) {
   std::memcpy(&x, &b, sizeof x);
   return x;
 }
+
+// A finite float rounded to fp16's values (kept in a float) with the bits of round_to_format():
+// where fp16 is normal (|x| >= 2^-14) its quantum is 2^13 of the float's, as for TF32, and a
+// result above 65504 overflows to infinity; below, the quantum is fixed at 2^-24, which is the
+// quantum of floats in [0.5, 1): |x| + 0.5 rounds there to nearest even (0.5 is an even multiple
+// of 2^-24) and subtracting 0.5 again is exact. The sign is kept (a tiny negative value becomes
+// -0, as x / quantum rounds to -0 in the definition).
+DELTACHECK_ALWAYS_INLINE float round_float_fp16(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  const uint32_t mag = b & 0x7fffffffu;
+  if (mag >= 0x7f800000u) return x;  // infinities and NaN
+  if (mag >= 0x38800000u) {          // 2^-14
+    const float r = round_float_bits(x, 13);
+    return std::fabs(r) > 65504.0f ? std::copysign(std::numeric_limits<float>::infinity(), x) : r;
+  }
+  const float r = (std::fabs(x) + 0.5f) - 0.5f;  // (IEEE arithmetic: never folded into |x|)
+  return std::copysign(r, x);
+}
 }  // namespace detail
 
-// The same for a float: the result is exactly representable in fp32 for every format above (and
-// equal to the double version's; fp16, whose exponents are narrower, goes through it).
-inline float round_to(Rounding r, float x) {
+// The same for a float: the result is exactly representable in fp32 for every format above and
+// equal to the double version's (on the float's bits for all three). Inlined into the baselines'
+// loops (and their AVX2 clones), where it runs on every element.
+DELTACHECK_ALWAYS_INLINE float round_to(Rounding r, float x) {
   switch (r) {
     case Rounding::kNone:
       return x;
@@ -79,9 +101,9 @@ inline float round_to(Rounding r, float x) {
     case Rounding::kBF16:
       return detail::round_float_bits(x, 16);
     case Rounding::kF16:
-      break;
+      return detail::round_float_fp16(x);
   }
-  return static_cast<float>(round_to(r, static_cast<double>(x)));
+  return x;
 }
 
 }  // namespace deltacheck::reference

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "cases/det_math.h"
 #include "cases/rng.h"
+#include "core/simd.h"
 
 namespace deltacheck::cases {
 namespace {
@@ -60,6 +62,50 @@ TEST(Stream, StreamsDifferByNameAndSeed) {
   EXPECT_NE(Stream(1, "q/0").uniform(0), Stream(1, "k/0").uniform(0));
   EXPECT_NE(Stream(1, "q/0").uniform(0), Stream(2, "q/0").uniform(0));
   EXPECT_NE(Stream(1, "q/0").uniform(0), Stream(1, "q/1").uniform(0));
+}
+
+// The definitions of uniform(i) and normal(i) (cases/rng.cc), element by element from Philox.
+double uniform_definition(uint64_t key, uint64_t i) {
+  return static_cast<double>(philox4x32(key, 0, i >> 2)[i & 3] >> 8) * (1.0 / 16777216.0);
+}
+double normal_definition(uint64_t key, uint64_t i) {
+  double sum = 0.0;
+  for (uint64_t j = 0; j < 3; ++j)
+    for (uint32_t x : philox4x32(key, 1, i * 3 + j))
+      sum += static_cast<double>(x >> 8) * (1.0 / 16777216.0);
+  return sum - 6.0;
+}
+
+// The blocked, vectorized forms give the definitions' bits on both code paths, at any offset and
+// length, through the cache in any order, and at indices whose counters wrap around 2^64.
+TEST(Stream, BulkAndCachedValuesAreTheDefinitions) {
+  for (const bool portable : {false, true}) {
+    core::set_simd_portable(portable);
+    const uint64_t seed = 99;
+    const uint64_t key = seed ^ stream_id("k/2");
+    for (const uint64_t first : {uint64_t{0}, uint64_t{1}, uint64_t{7}, uint64_t{95},
+                                 uint64_t{1} << 40, ~uint64_t{0} - 300}) {
+      std::vector<double> u(203), n(203);
+      const Stream s(seed, "k/2");
+      s.uniform_fill(first, u.size(), u.data());
+      s.normal_fill(first, n.size(), n.data());
+      for (size_t j = 0; j < u.size(); ++j) {
+        ASSERT_EQ(u[j], uniform_definition(key, first + j)) << portable << " " << first << "+" << j;
+        ASSERT_EQ(n[j], normal_definition(key, first + j)) << portable << " " << first << "+" << j;
+      }
+      const Stream cached(seed, "k/2");  // backwards, then forwards: misses and hits
+      for (size_t j = u.size(); j-- > 0;) {
+        ASSERT_EQ(cached.uniform(first + j), u[j]) << portable << " " << first << "+" << j;
+        ASSERT_EQ(cached.normal(first + j), n[j]) << portable << " " << first << "+" << j;
+      }
+      for (size_t j = 0; j < u.size(); ++j) ASSERT_EQ(cached.normal(first + j), n[j]);
+    }
+    for (uint64_t i = ~uint64_t{0} - 5; i != 0; ++i) {  // the last indices, to 2^64 - 1
+      EXPECT_EQ(Stream(seed, "k/2").uniform(i), uniform_definition(key, i)) << i;
+      EXPECT_EQ(Stream(seed, "k/2").normal(i), normal_definition(key, i)) << i;
+    }
+  }
+  core::set_simd_portable(false);
 }
 
 TEST(DetMath, CloseToLibm) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/simd.h"
 #include "reference/gated_delta_rule.h"
 
 namespace deltacheck::reference {
@@ -141,7 +142,21 @@ const uint64_t kPinned[3][7][2] = {
      {0x23d8e2072654ea36ull, 0x3ffb1a0e0dd4e977ull}},
 };
 
-TEST(BaselineBits, EveryFormulationGivesThePinnedBits) {
+// The baselines' loops run as an AVX2 clone where the CPU has it and as baseline x86-64 code
+// otherwise (core/simd.h); both must give the pinned bits, so both run here (on a machine without
+// AVX2 the first instance runs the portable path too).
+class BaselineBitsOnPath : public testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    core::set_simd_portable(GetParam());
+    if (GetParam()) {
+      ASSERT_FALSE(core::use_avx2());  // the portable path is the one that runs
+    }
+  }
+  void TearDown() override { core::set_simd_portable(false); }
+};
+
+TEST_P(BaselineBitsOnPath, EveryFormulationGivesThePinnedBits) {
   const bool print = std::getenv("DELTACHECK_PRINT_BASELINE_BITS") != nullptr;
   const std::vector<Arithmetic> hows = formulations();
   ASSERT_EQ(hows.size(), 7u);
@@ -166,14 +181,38 @@ TEST(BaselineBits, EveryFormulationGivesThePinnedBits) {
   }
 }
 
-// round_to on a float (on its bits for TF32 and bf16) against the definition on the exact double
+// The FP64 oracle (the recurrence and the chunked cross-check) gives the same bits on both paths.
+TEST(BaselineBits, OracleBitsEqualOnBothPaths) {
+  for (const Problem& p : problems()) {
+    const Inputs in = make_inputs(p);
+    core::set_simd_portable(true);
+    const GatedDeltaRuleResult portable = gated_delta_rule(in.args);
+    const GatedDeltaRuleResult portable_chunked = gated_delta_rule_chunked(in.args, 64);
+    core::set_simd_portable(false);
+    const GatedDeltaRuleResult native = gated_delta_rule(in.args);
+    const GatedDeltaRuleResult native_chunked = gated_delta_rule_chunked(in.args, 64);
+    EXPECT_EQ(hash_bits(portable.output), hash_bits(native.output));
+    EXPECT_EQ(hash_bits(portable.final_state), hash_bits(native.final_state));
+    EXPECT_EQ(hash_bits(portable_chunked.output), hash_bits(native_chunked.output));
+    EXPECT_EQ(hash_bits(portable_chunked.final_state), hash_bits(native_chunked.final_state));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, BaselineBitsOnPath, testing::Values(false, true),
+                         [](const testing::TestParamInfo<bool>& p) {
+                           return p.param ? "portable" : "native";
+                         });
+
+// round_to on a float (on its bits) against the definition on the exact double
 // value, over a sweep of every float bit pattern and the edges: subnormals, ties, the largest
 // finite values and overflow, zeros, infinities and NaN.
 TEST(BaselineBits, FloatRoundingHasTheBitsOfTheDefinition) {
   std::vector<uint32_t> patterns;
   for (uint64_t b = 0; b <= 0xffffffffull; b += 997) patterns.push_back(static_cast<uint32_t>(b));
   for (uint32_t base :
-       {0x00000000u, 0x00800000u, 0x3f800000u, 0x477fe000u, 0x7f7f0000u, 0x7f7fe000u, 0x7f800000u})
+       {0x00000000u, 0x00800000u, 0x3f800000u, 0x477fe000u, 0x7f7f0000u, 0x7f7fe000u, 0x7f800000u,
+        // fp16's edges: 2^-14 (its smallest normal), 2^-24 (its quantum below) and 2^-25
+        0x38800000u, 0x33800000u, 0x33000000u})
     for (uint32_t d = 0; d < 0x20000u; ++d)
       for (uint32_t sign : {0u, 0x80000000u}) {
         patterns.push_back(sign | (base + d));

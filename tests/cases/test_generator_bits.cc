@@ -1,0 +1,80 @@
+// The input generator's bits, pinned: a hash of every input tensor of every case of the smoke
+// suite (and of the same cases with a salted sequence, the isolation probe's perturbation), as the
+// element-by-element generator produced them before the bulk generator (cases/rng.cc) replaced
+// it. The bulk generator runs vectorized where the CPU has AVX2 and portable otherwise
+// (core/simd.h); both paths must give these bits, so both are run. A change here changes every
+// case's inputs: that needs a bump of cases/generator_version.h, not a new hash.
+#include <gtest/gtest.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <string>
+
+#include "cases/case.h"
+#include "cases/generate.h"
+#include "cases/suites.h"
+#include "core/simd.h"
+
+namespace deltacheck::cases {
+namespace {
+
+uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= b[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// Names, dtypes, shapes and bytes of every input of every case of a suite, in order.
+uint64_t suite_inputs_hash(const std::string& suite_name, bool salted) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const Case& c : suite(suite_name)) {
+    GenOptions o;
+    if (salted) o.sequence_salt[0] = 0x5eed;
+    const TensorMap m = generate_inputs(c, o);
+    h = fnv1a(h, c.id().data(), c.id().size());
+    for (const Tensor& t : m.all()) {
+      h = fnv1a(h, t.name().data(), t.name().size());
+      const int dt = static_cast<int>(t.dtype());
+      h = fnv1a(h, &dt, sizeof dt);
+      h = fnv1a(h, t.shape().data(), t.shape().size() * sizeof(int64_t));
+      h = fnv1a(h, t.data(), t.nbytes());
+    }
+  }
+  return h;
+}
+
+std::string hex(uint64_t h) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, h);
+  return buf;
+}
+
+class GeneratorBits : public testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    core::set_simd_portable(GetParam());
+    if (GetParam()) {
+      ASSERT_FALSE(core::use_avx2());  // the portable path is the one that runs
+    }
+  }
+  void TearDown() override { core::set_simd_portable(false); }
+};
+
+TEST_P(GeneratorBits, SmokeSuiteInputsAsCalibrated) {
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", false)), "ef7841fc32040916");
+}
+
+TEST_P(GeneratorBits, SmokeSuiteSaltedInputsAsCalibrated) {
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", true)), "4b4f9f61ec817054");
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, GeneratorBits, testing::Values(false, true),
+                         [](const testing::TestParamInfo<bool>& p) {
+                           return p.param ? "portable" : "native";
+                         });
+
+}  // namespace
+}  // namespace deltacheck::cases
