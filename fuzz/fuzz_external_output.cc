@@ -1,4 +1,4 @@
-// Fuzz target: the reader of an external program's outputs ({out}, golden/format.h): outputs of
+// Fuzz target: the reader of an external program's outputs ({out}, golden/exchange.h): outputs of
 // every dtype and fixed shapes, as the runner allocates them, filled from a file written by a
 // fuzzed recipe (write_recipe below), with fuzzed storage (chunks, filters, compact, external raw
 // files, virtual datasets, soft and external links). Every file either fills them or is rejected
@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "golden/format.h"
+#include "golden/exchange.h"
 
 namespace {
 
@@ -174,8 +174,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   for (int i = 0; raw && i < 4096; ++i) std::fputc("SECRET=token;"[i % 13], raw);
   if (raw) std::fclose(raw);
   const hsize_t n = 64;
-  hid_t f = H5Fcreate((scratch_path() + ".side.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT,
-                      H5P_DEFAULT);
+  hid_t f =
+      H5Fcreate((scratch_path() + ".side.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   hid_t s = H5Screate_simple(1, &n, nullptr);
   H5Dclose(H5Dcreate2(f, "x", H5T_IEEE_F32LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
   H5Sclose(s);

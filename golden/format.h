@@ -1,8 +1,8 @@
 // The golden fixture format (HDF5, version kFormatVersion; described for users in
 // golden/README.md): one group per case holding its inputs, its FP64 expected outputs and the
 // attributes that say how they were made, with a SHA-256 of every dataset. The same format carries
-// a case to an external program ({in}: a one-case file without expected values), and a simpler
-// one brings the program's outputs back ({out}: one dataset per output at the root).
+// a case to an external program ({in}: a one-case file without expected values); exchange.h
+// writes it and reads the program's outputs back ({out}).
 //
 // Every function returns errors as values: a message naming the dataset or attribute and the
 // problem, never an HDF5 error stack on stderr. Nothing here runs an operation; fixtures.h joins
@@ -113,17 +113,5 @@ class FixtureReader {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// The external-candidate protocol (golden/README.md, "External programs").
-// {in}: a fixture file with the one case, its inputs and output specs, no expected values.
-Status write_input_file(const std::string& path, const cases::Case& c,
-                        const cases::TensorMap& inputs,
-                        const std::vector<ops::OutputSpec>& outputs);
-// {out}: fills every tensor of `outputs` (names, shapes and dtypes fixed by the caller) from the
-// file's root datasets. A root attribute "unsupported" is the program declining the case
-// (Status Unsupported with its text); anything missing or malformed is InvalidArgument.
-Status read_output_file(const std::string& path, cases::TensorMap& outputs);
-// Writes `outputs` in the {out} format (tests, and C++ programs that answer the protocol).
-Status write_output_file(const std::string& path, const cases::TensorMap& outputs);
 
 }  // namespace deltacheck::golden

@@ -74,8 +74,7 @@ CaseResult run_case(const PreparedCase& pc, Backend& backend, bool probes = fals
 void merge_probe_verdicts(CaseResult& r);
 
 // A prepared case made of pieces of another (alone, reordered, split), with the expectation and
-// baseline cut from the original's.
-struct Piece;
+// baseline cut from the original's (Piece: ops/repack.h, through harness/op_names.h).
 PreparedCase prepare_pieces(const PreparedCase& pc, const std::vector<Piece>& pieces);
 
 // For a result judged leak: reruns the first wrong sequence alone and turns the verdict into fail

@@ -46,7 +46,7 @@
 #include <vector>
 
 #include "cases/safe_text.h"
-#include "golden/format.h"
+#include "golden/exchange.h"
 #include "harness/backends/backends.h"
 #include "harness/isolation.h"
 #include "harness/op_names.h"

@@ -6,6 +6,7 @@
 
 #include <chrono>
 
+#include "golden/exchange.h"
 #include "golden_test_util.h"
 #include "harness/backend.h"
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <fstream>
 
+#include "golden/exchange.h"
 #include "golden_test_util.h"
 #include "harness/backend.h"
 

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cases/fork_guard.h"
+#include "golden/exchange.h"
 #include "golden/format.h"
 #include "golden_test_util.h"
 #include "harness/isolation.h"

@@ -16,6 +16,7 @@
 #include <functional>
 
 #include "deltacheck_test_paths.h"
+#include "golden/exchange.h"
 #include "golden/sha256.h"
 #include "golden_test_util.h"
 

@@ -23,14 +23,7 @@ Support gdr_support(const cases::Case& c) {
   // The kernels' own host-side check, on placeholder pointers (it reads only shapes, dtype and
   // which pointers are set).
   static const char placeholder = 0;
-  kernels::GatedDeltaRuleParams p;
-  p.batch = d.B;
-  p.seq_len = d.T;
-  p.num_heads = d.H;
-  p.num_value_heads = d.HV;
-  p.key_dim = d.K;
-  p.value_dim = d.V;
-  p.dtype = cases::scalar_from_dtype(d.dtype);
+  kernels::GatedDeltaRuleParams p = ops::gdr::kernel_dims(d);
   p.q = p.k = p.v = p.beta = &placeholder;
   p.g = reinterpret_cast<const float*>(&placeholder);
   p.o = const_cast<char*>(&placeholder);

@@ -24,31 +24,11 @@ namespace kc = kernels::cuda;
 // Kernel parameters pointing into the device mirrors of the case's inputs and outputs.
 kernels::GatedDeltaRuleParams device_params(const ops::gdr::Params& d, const DeviceTensors& in,
                                             const DeviceTensors& out) {
-  kernels::GatedDeltaRuleParams p;
-  p.batch = d.B;
-  p.seq_len = d.T;
-  p.num_heads = d.H;
-  p.num_value_heads = d.HV;
-  p.key_dim = d.K;
-  p.value_dim = d.V;
-  p.dtype = cases::scalar_from_dtype(d.dtype);
-  p.q = in.at("q").data();
-  p.k = in.at("k").data();
-  p.v = in.at("v").data();
-  p.g = in.at("g").as<float>();
-  p.beta = in.at("beta").data();
-  p.o = out.at("o").data();
-  if (const DeviceTensor* cu = in.find("cu_seqlens")) {
-    p.cu_seqlens = cu->as<int64_t>();
-    p.num_seqs = d.N;
-  }
-  if (const DeviceTensor* s0 = in.find("initial_state")) p.initial_state = s0->as<float>();
-  if (const DeviceTensor* fs = out.find("final_state")) p.final_state = fs->as<float>();
+  kernels::GatedDeltaRuleParams p = ops::gdr::kernel_params(d, in, out);
   if (const DeviceTensor* slots = in.find("state_slots")) {
     p.state_slots = slots->as<int32_t>();
     p.num_state_rows = d.N;  // replaced by the pool's rows below
   }
-  p.use_qk_l2norm = d.l2;
   return p;
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "cases/safe_text.h"
+#include "golden/exchange.h"
 #include "golden/format.h"
 #include "harness/backend.h"
 #include "harness/runner.h"

@@ -1,0 +1,28 @@
+// The external-candidate protocol's files (golden/README.md, "External programs"): {in} is a
+// fixture file (format.h) holding the one case, its inputs and output specs, without expected
+// values; {out}, written by the program, holds one dataset per output at the root. Errors are
+// values, one line each, as in format.h.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cases/case.h"
+#include "cases/tensor.h"
+#include "core/status.h"
+#include "ops/operation.h"
+
+namespace deltacheck::golden {
+
+// {in}: a fixture file with the one case, its inputs and output specs, no expected values.
+Status write_input_file(const std::string& path, const cases::Case& c,
+                        const cases::TensorMap& inputs,
+                        const std::vector<ops::OutputSpec>& outputs);
+// {out}: fills every tensor of `outputs` (names, shapes and dtypes fixed by the caller) from the
+// file's root datasets. A root attribute "unsupported" is the program declining the case
+// (Status Unsupported with its text); anything missing or malformed is InvalidArgument.
+Status read_output_file(const std::string& path, cases::TensorMap& outputs);
+// Writes `outputs` in the {out} format (tests, and C++ programs that answer the protocol).
+Status write_output_file(const std::string& path, const cases::TensorMap& outputs);
+
+}  // namespace deltacheck::golden
