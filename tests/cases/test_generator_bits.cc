@@ -14,6 +14,7 @@
 #include "cases/generate.h"
 #include "cases/suites.h"
 #include "core/simd.h"
+#include "tests/simd_paths.h"
 
 namespace deltacheck::cases {
 namespace {
@@ -52,16 +53,7 @@ std::string hex(uint64_t h) {
   return buf;
 }
 
-class GeneratorBits : public testing::TestWithParam<bool> {
- protected:
-  void SetUp() override {
-    core::set_simd_portable(GetParam());
-    if (GetParam()) {
-      ASSERT_FALSE(core::use_avx2());  // the portable path is the one that runs
-    }
-  }
-  void TearDown() override { core::set_simd_portable(false); }
-};
+using GeneratorBits = test_support::OnSimdPath;
 
 TEST_P(GeneratorBits, SmokeSuiteInputsAsCalibrated) {
   EXPECT_EQ(hex(suite_inputs_hash("smoke", false)), "ef7841fc32040916");

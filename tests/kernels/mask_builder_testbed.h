@@ -24,20 +24,16 @@
 #include "kernels/common/mask_builder_api.h"
 #include "kernels/common/mask_params.h"
 #include "reference/mask.h"
+#include "tests/splitmix64.h"
 
 namespace deltacheck::testbed {
 
 namespace ref = reference;
 
-// splitmix64: a tiny seeded generator so every run draws the same specs.
+// Integers from splitmix64 (tests/splitmix64.h), so every run draws the same specs.
 struct Rng {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
+  test_support::SplitMix64 gen;
+  uint64_t next() { return gen.next(); }
   int64_t uniform(int64_t lo, int64_t hi) {  // inclusive
     return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
   }

@@ -15,6 +15,7 @@
 
 #include "core/simd.h"
 #include "reference/gated_delta_rule.h"
+#include "tests/simd_paths.h"
 
 namespace deltacheck::reference {
 namespace {
@@ -145,16 +146,7 @@ const uint64_t kPinned[3][7][2] = {
 // The baselines' loops run as an AVX2 clone where the CPU has it and as baseline x86-64 code
 // otherwise (core/simd.h); both must give the pinned bits, so both run here (on a machine without
 // AVX2 the first instance runs the portable path too).
-class BaselineBitsOnPath : public testing::TestWithParam<bool> {
- protected:
-  void SetUp() override {
-    core::set_simd_portable(GetParam());
-    if (GetParam()) {
-      ASSERT_FALSE(core::use_avx2());  // the portable path is the one that runs
-    }
-  }
-  void TearDown() override { core::set_simd_portable(false); }
-};
+using BaselineBitsOnPath = test_support::OnSimdPath;
 
 TEST_P(BaselineBitsOnPath, EveryFormulationGivesThePinnedBits) {
   const bool print = std::getenv("DELTACHECK_PRINT_BASELINE_BITS") != nullptr;
