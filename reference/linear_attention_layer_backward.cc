@@ -1,6 +1,6 @@
-// FP64 backward of the linear-attention layer: the forward recomputed on the live tokens (the rule's
-// inputs built as the forward builds them), then the parts' backwards chained in reverse; the
-// padding tail's gradients stay zero.
+// FP64 backward of the linear-attention layer: the forward recomputed on the live tokens (the
+// rule's inputs built as the forward builds them), then the parts' backwards chained in reverse;
+// the padding tail's gradients stay zero.
 #include "reference/linear_attention_layer_backward.h"
 
 #include <algorithm>
