@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "cases/tensor.h"
@@ -54,5 +56,16 @@ std::vector<double> token_errors(const std::vector<double>& actual,
 std::vector<std::vector<double>> head_token_errors(const std::vector<double>& actual,
                                                    const std::vector<double>& expected,
                                                    int64_t per_token, int64_t heads);
+
+// The worst of the baselines' errors on one output (whole tensor or one sequence): the largest
+// relative RMS and the largest max |Δ| over every baseline, and which baseline had the larger
+// relative RMS.
+struct BaselineError {
+  Metrics metrics;
+  std::string name;
+};
+
+// Per output: [0] the whole tensor, then one per packed sequence (harness/runner.h).
+using BaselineErrors = std::map<std::string, std::vector<BaselineError>>;
 
 }  // namespace deltacheck::harness

@@ -230,14 +230,17 @@ ProbeReport probe_isolation(const PreparedCase& pc, Backend& b, const TensorMap&
       if (group[s] != parity) g.sequence_salt[s] = 0x5eed + static_cast<uint64_t>(s);
     return g;
   };
+  auto generate = [&](const cases::GenOptions& g) {
+    auto compute = [&] { return cases::generate_inputs(pc.c, g); };
+    return pc.cache ? pc.cache->inputs(pc.c, g, compute) : compute();
+  };
   // Every sequence regenerated once; each parity's inputs are cut from these and the case's own.
-  const TensorMap all_salted = cases::generate_inputs(pc.c, salts(-2));
+  const TensorMap all_salted = generate(salts(-2));
   for (int parity = 0; parity < 2; ++parity) {
     std::vector<bool> regenerated(static_cast<size_t>(n));
     for (int64_t s = 0; s < n; ++s) regenerated[s] = group[s] != parity;
     std::optional<TensorMap> mixed = mix_sequences(op, L, pc.inputs, all_salted, regenerated);
-    const TensorMap inputs =
-        mixed ? std::move(*mixed) : cases::generate_inputs(pc.c, salts(parity));
+    const TensorMap inputs = mixed ? std::move(*mixed) : generate(salts(parity));
     const Run r = run_once(b, pc.c, inputs, pc.outputs);
     if (!r.error.empty()) return run_failed("isolation", r);
     for (int64_t s = 0; s < n; ++s) {
@@ -378,24 +381,31 @@ ProbeReport probe_split(const PreparedCase& pc, Backend& b, const TensorMap& out
   PreparedCase split{pc.c, {}, pc.expected, {}, pc.outputs};
   split.precision = pc.precision;
   const std::vector<OutputSpec> specs1 = op.outputs(r1.c);
-  const std::vector<Baseline> b1 = op.baselines(r1.c, r1.tensors, pc.precision);
-  for (size_t i = 0; i < b1.size(); ++i) {
-    Repacked r2b = repack(pc.c, pc.inputs, second);
-    carry_states(op, pc.c, r2b, [&](const std::string& out) {
-      for (const OutputSpec& spec : specs1)
-        if (spec.name == out) {
-          cases::Tensor t(out, spec.dtype, spec.shape);
-          const std::vector<double>& v = b1[i].values.at(out);
-          for (int64_t e = 0; e < t.numel(); ++e) t.set(e, v[e]);
-          return t;
-        }
-      throw std::logic_error("carried state '" + out + "' is not an output");
-    });
-    const Baseline b2 = op.baseline(r2b.c, r2b.tensors, pc.precision, i);
-    split.baselines.push_back(
-        {b1[i].name, reassemble(op, L, first, second, b1[i].values, b2.values, pc.expected)});
-  }
-  measure_baselines(split);
+  auto tolerance = [&] {
+    const std::vector<Baseline> b1 = op.baselines(r1.c, r1.tensors, pc.precision);
+    for (size_t i = 0; i < b1.size(); ++i) {
+      Repacked r2b = repack(pc.c, pc.inputs, second);
+      carry_states(op, pc.c, r2b, [&](const std::string& out) {
+        for (const OutputSpec& spec : specs1)
+          if (spec.name == out) {
+            cases::Tensor t(out, spec.dtype, spec.shape);
+            const std::vector<double>& v = b1[i].values.at(out);
+            for (int64_t e = 0; e < t.numel(); ++e) t.set(e, v[e]);
+            return t;
+          }
+        throw std::logic_error("carried state '" + out + "' is not an output");
+      });
+      const Baseline b2 = op.baseline(r2b.c, r2b.tensors, pc.precision, i);
+      split.baselines.push_back(
+          {b1[i].name, reassemble(op, L, first, second, b1[i].values, b2.values, pc.expected)});
+    }
+    measure_baselines(split);
+    return split.baseline_errors;
+  };
+  // The split's tolerance depends on the case alone (a cached case has its generated inputs) and
+  // the precision: the cache keeps it under those.
+  split.baseline_errors =
+      pc.cache ? pc.cache->errors("split", pc.c, pc.precision, tolerance) : tolerance();
   const CaseResult j = judge(split, whole, b.name(), true);
   if (j.verdict == Verdict::kPass) return report("split", Verdict::kPass);
   // Off the oracle: a failure only if it is also off the one-shot result by more than the

@@ -75,13 +75,39 @@ bool is_failure(Verdict v) {
   return v == Verdict::kFail || v == Verdict::kLeak || v == Verdict::kError;
 }
 
-PreparedCase prepare(const cases::Case& c, const cases::GenOptions& options) {
+PreparedCase prepare(const cases::Case& c, const cases::GenOptions& options,
+                     std::shared_ptr<const ExpectationCache> cache) {
   const Operation& op = operation_for(c);
-  PreparedCase pc{c, cases::generate_inputs(c, options), {}, {}, op.outputs(c)};
-  pc.expected = op.oracle(c, pc.inputs);
-  pc.baselines = op.baselines(c, pc.inputs, pc.precision);
-  measure_baselines(pc);
+  PreparedCase pc{c, {}, {}, {}, op.outputs(c)};
+  bool computed = false;
+  auto compute = [&] {
+    computed = true;
+    pc.inputs = cases::generate_inputs(c, options);
+    pc.expected = op.oracle(c, pc.inputs);
+    pc.baselines = op.baselines(c, pc.inputs, pc.precision);
+    measure_baselines(pc);
+    return ExpectationCache::Prepared{pc.inputs, pc.expected, pc.baseline_errors};
+  };
+  // The probes key what they cache by the case id alone: only for the case's own inputs.
+  if (!cache || !options.sequence_salt.empty()) {
+    compute();
+    return pc;
+  }
+  // A hit leaves pc.baselines empty (the cache keeps their errors, not their values):
+  // baselines_of() recomputes them where a failure needs them.
+  ExpectationCache::Prepared p = cache->prepared(c, options, pc.precision, compute);
+  if (!computed) {
+    pc.inputs = std::move(p.inputs);
+    pc.expected = std::move(p.expected);
+    pc.baseline_errors = std::move(p.errors);
+  }
+  pc.cache = std::move(cache);
   return pc;
+}
+
+std::vector<Baseline> baselines_of(const PreparedCase& pc) {
+  if (!pc.baselines.empty() || pc.baseline_errors.empty()) return pc.baselines;
+  return operation_for(pc.c).baselines(pc.c, pc.inputs, pc.precision);
 }
 
 namespace {
@@ -122,8 +148,9 @@ void measure_baselines(PreparedCase& pc) {
 
 Values worst_baseline(const PreparedCase& pc) {
   Values out;
+  const std::vector<Baseline> baselines = baselines_of(pc);
   for (const auto& [name, errors] : pc.baseline_errors)
-    for (const Baseline& b : pc.baselines)
+    for (const Baseline& b : baselines)
       if (!errors.empty() && b.name == errors[0].name) out[name] = b.values.at(name);
   return out;
 }
@@ -514,8 +541,13 @@ namespace {
 PreparedCase with_precision(const PreparedCase& pc, MatmulPrecision precision) {
   PreparedCase out = pc;
   out.precision = precision;
-  out.baselines = operation_for(pc.c).baselines(pc.c, pc.inputs, precision);
-  measure_baselines(out);
+  auto compute = [&] {
+    out.baselines = operation_for(pc.c).baselines(pc.c, pc.inputs, precision);
+    measure_baselines(out);
+    return out.baseline_errors;
+  };
+  out.baselines.clear();
+  out.baseline_errors = pc.cache ? pc.cache->errors("errors", pc.c, precision, compute) : compute();
   return out;
 }
 
@@ -643,7 +675,7 @@ PreparedCase prepare_pieces(const PreparedCase& pc, const std::vector<Piece>& pi
     return o;
   };
   out.expected = cut(pc.expected);
-  for (const Baseline& b : pc.baselines) out.baselines.push_back({b.name, cut(b.values)});
+  for (const Baseline& b : baselines_of(pc)) out.baselines.push_back({b.name, cut(b.values)});
   out.precision = pc.precision;
   measure_baselines(out);
   return out;
@@ -745,7 +777,7 @@ std::vector<CaseResult> run_all(const std::vector<cases::Case>& cs,
         }
       } else {
         try {
-          const PreparedCase pc = prepare(cs[i]);
+          const PreparedCase pc = prepare(cs[i], {}, options.cache);
           for (Backend* b : backends)
             rs.push_back(run_case(pc, *b, options.probes, options.on_failure));
         } catch (const std::exception& e) {

@@ -13,18 +13,11 @@
 #include "cases/tensor.h"
 #include "harness/backend.h"
 #include "harness/compare.h"
+#include "harness/expectation_cache.h"
 #include "harness/op_names.h"
 #include "harness/result.h"
 
 namespace deltacheck::harness {
-
-// The worst of the baselines' errors on one output (whole tensor or one sequence): the largest
-// relative RMS and the largest max |Δ| over every baseline, and which baseline had the larger
-// relative RMS.
-struct BaselineError {
-  Metrics metrics;
-  std::string name;
-};
 
 struct PreparedCase {
   cases::Case c;
@@ -35,9 +28,11 @@ struct PreparedCase {
   // The baselines' worst errors, per output: [0] the whole tensor, then one per SeqSlice in the
   // operation's order. Filled by prepare() so judging several backends (and probes) measures the
   // baselines once; judge() computes them when absent.
-  std::map<std::string, std::vector<BaselineError>> baseline_errors = {};
+  BaselineErrors baseline_errors = {};
   // The matmul precision the baselines include (a TF32 backend's case is re-prepared with it).
   MatmulPrecision precision = MatmulPrecision::kDefault;
+  // Where the probes look up and store what they derive from the case (null: no cache).
+  std::shared_ptr<const ExpectationCache> cache = nullptr;
 };
 
 // The baselines' worst errors of every output of a prepared case (fills pc.baseline_errors).
@@ -46,9 +41,14 @@ void measure_baselines(PreparedCase& pc);
 // For failure dumps: per output, the values of the baseline that set its threshold.
 Values worst_baseline(const PreparedCase& pc);
 
+// pc's baselines: pc.baselines, or recomputed when a cached preparation kept only their errors.
+std::vector<Baseline> baselines_of(const PreparedCase& pc);
+
 // Generates inputs and computes the oracle and baseline. Throws on invalid cases. `salts`
-// regenerate chosen sequences (cases::GenOptions).
-PreparedCase prepare(const cases::Case& c, const cases::GenOptions& options = {});
+// regenerate chosen sequences (cases::GenOptions). With a cache, reads them from it when a run
+// of the same build prepared the same case before (harness/expectation_cache.h).
+PreparedCase prepare(const cases::Case& c, const cases::GenOptions& options = {},
+                     std::shared_ptr<const ExpectationCache> cache = nullptr);
 
 // Allocates a case's outputs with guard bands, poisoned.
 cases::TensorMap allocate_outputs(const std::vector<OutputSpec>& specs);
@@ -90,6 +90,8 @@ struct RunOptions {
   // Cases whose estimated memory exceeds this many bytes are skipped before anything is
   // allocated (harness/limits.h, --max-memory); 0: no limit.
   int64_t max_memory_bytes = 0;
+  // The cross-run expectation cache (harness/expectation_cache.h); null: none.
+  std::shared_ptr<const ExpectationCache> cache = nullptr;
 };
 
 // Runs every case on every backend, streaming: each case is prepared, run and released before

@@ -34,6 +34,10 @@ struct RunOptions {
   // reason) before anything is allocated; 0: no limit. See memory_refusal.
   int64_t max_memory_bytes = 0;
   FailureCallback on_failure;  // null: none
+  // A directory for the cross-run expectation cache ("" : none): inputs, FP64 expectations and
+  // baselines of cases prepared before by the same build are read instead of recomputed
+  // (docs/performance.md, "Expectation cache"). Verdicts are identical with and without it.
+  std::string cache_dir;
 };
 
 // Memory limits (`--max-memory`): the default, half the machine's RAM; a size from text ("16G",

@@ -160,7 +160,8 @@ struct RunStats {
 // it comes (in case order). The GIL is released while the C++ runner works.
 std::pair<std::vector<CaseResult>, RunStats> run_cases(const std::vector<std::string>& ids,
                                                        PyBackend& py, bool probes,
-                                                       nb::object on_result) {
+                                                       nb::object on_result,
+                                                       const std::string& cache_dir) {
   std::vector<Case> cases;
   cases.reserve(ids.size());
   for (const std::string& id : ids) cases.push_back(deltacheck::parse_case(id));
@@ -184,6 +185,7 @@ std::pair<std::vector<CaseResult>, RunStats> run_cases(const std::vector<std::st
   backend.set_deterministic(py.deterministic);
   deltacheck::RunOptions options;
   options.probes = probes;
+  options.cache_dir = cache_dir;
   std::vector<CaseResult> results;
   std::string callback_error;
   const auto start = std::chrono::steady_clock::now();
@@ -215,7 +217,8 @@ std::pair<std::vector<CaseResult>, RunStats> run_cases(const std::vector<std::st
 
 // The same cases on one of deltacheck's own backends (e.g. "cpu"), its calls timed: the runner's
 // own cost per case without Python, for the overhead figures (deltacheck.bench).
-RunStats run_builtin(const std::vector<std::string>& ids, const std::string& name, bool probes) {
+RunStats run_builtin(const std::vector<std::string>& ids, const std::string& name, bool probes,
+                     const std::string& cache_dir) {
   std::vector<Case> cases;
   for (const std::string& id : ids) cases.push_back(deltacheck::parse_case(id));
   std::unique_ptr<deltacheck::Backend> inner = deltacheck::make_backend(name);
@@ -231,6 +234,7 @@ RunStats run_builtin(const std::vector<std::string>& ids, const std::string& nam
   timed.set_deterministic(inner->deterministic());
   deltacheck::RunOptions options;
   options.probes = probes;
+  options.cache_dir = cache_dir;
   {
     nb::gil_scoped_release release;
     ScopeTimer timer(stats.seconds);
@@ -318,9 +322,10 @@ NB_MODULE(_deltacheck, m) {
       .def_ro("seconds_callable", &RunStats::seconds_callable)
       .def_ro("seconds_calls", &RunStats::seconds_calls)
       .def_ro("calls", &RunStats::calls);
-  m.def("run_builtin", &run_builtin, nb::arg("ids"), nb::arg("backend"), nb::arg("probes") = true);
+  m.def("run_builtin", &run_builtin, nb::arg("ids"), nb::arg("backend"), nb::arg("probes") = true,
+        nb::arg("cache_dir") = "");
   m.def("run", &run_cases, nb::arg("ids"), nb::arg("backend"), nb::arg("probes") = true,
-        nb::arg("on_result") = nb::none());
+        nb::arg("on_result") = nb::none(), nb::arg("cache_dir") = "");
 
   nb::class_<deltacheck::Metrics>(m, "Metrics")
       .def_ro("max_abs", &deltacheck::Metrics::max_abs)

@@ -169,3 +169,17 @@ def test_selection_errors_are_one_line():
         dc.check(recurrent_gdr, case="gdr(layout=oops)")
     with pytest.raises(ValueError, match="unknown convention 'nope'"):
         dc.check(recurrent_gdr, case=PACKED, convention="nope")
+
+
+def test_the_expectation_cache_gives_the_same_results(tmp_path):
+    regex = r"^gdr\(layout=packed"
+    plain = dc.check(recurrent_gdr_no_reset, "smoke", filter=regex, framework="numpy")
+    cold = dc.check(recurrent_gdr_no_reset, "smoke", filter=regex, framework="numpy",
+                    cache_dir=tmp_path)
+    warm = dc.check(recurrent_gdr_no_reset, "smoke", filter=regex, framework="numpy",
+                    cache_dir=tmp_path)
+    assert list(tmp_path.rglob("*.bin"))
+    for a, b, c in zip(plain.results, cold.results, warm.results):
+        assert a.case_id == b.case_id == c.case_id
+        assert a.verdict == b.verdict == c.verdict, a.case_id
+        assert a.message == b.message == c.message, a.case_id

@@ -86,3 +86,20 @@ def test_bad_options_are_usage_errors(pytester):
     assert "expected MODULE:NAME" in res.stderr.str()
     res = pytester.runpytest_subprocess("--deltacheck=deltacheck.examples:missing")
     assert "AttributeError" in res.stderr.str() and res.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_reruns_read_the_expectation_cache(pytester):
+    # With pytest's cache (the default), the first run fills .pytest_cache/d/deltacheck-expectations
+    # and a rerun gets the same outcomes from it; --cache-clear empties it.
+    args = [f"--deltacheck={LEAKY}", FILTER, "--deltacheck-framework=numpy"]
+    first = pytester.runpytest_subprocess(*args)
+    cache = pytester.path / ".pytest_cache" / "d" / "deltacheck-expectations"
+    entries = sorted(p.name for p in cache.rglob("*.bin"))
+    assert entries, first.stdout.str()
+    second = pytester.runpytest_subprocess(*args)
+    assert second.parseoutcomes() == first.parseoutcomes(), second.stdout.str()
+    assert "seq 2 from token 0, max|Δ|" in second.stdout.str()
+    assert sorted(p.name for p in cache.rglob("*.bin")) == entries  # read, not rewritten
+    off = pytester.runpytest_subprocess(*args, "--deltacheck-cache-dir=none", "--cache-clear")
+    assert off.parseoutcomes() == first.parseoutcomes(), off.stdout.str()
+    assert not list(cache.rglob("*.bin"))

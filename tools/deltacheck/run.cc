@@ -14,6 +14,7 @@ struct RunArgs {
   OutputOptions output;
   int jobs = 1;
   bool no_probes = false;
+  std::string cache_dir;
 };
 
 int run(const RunArgs& a) {
@@ -42,6 +43,7 @@ int run(const RunArgs& a) {
   ropt.jobs = a.jobs;
   ropt.probes = !a.no_probes;
   ropt.max_memory_bytes = max_memory;
+  ropt.cache_dir = a.cache_dir;
   const auto results =
       deltacheck::run(cs, backends, ropt, [&](const auto& r) { sink.on_result(r); });
   return sink.finish(results);
@@ -58,6 +60,10 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--jobs,-j", args->jobs, "cases run concurrently")->capture_default_str();
   cmd->add_flag("--no-probes", args->no_probes,
                 "skip the oracle-free leakage probes (repeat, isolation, alone, order, split)");
+  cmd->add_option("--cache-dir", args->cache_dir,
+                  "keep inputs, FP64 expectations and baselines here across runs of the same "
+                  "build (docs/performance.md; verdicts are the same without it)")
+      ->envname("DELTACHECK_CACHE_DIR");
   return {cmd, [args] { return run(*args); }};
 }
 

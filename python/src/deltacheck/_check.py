@@ -227,19 +227,30 @@ class Result:
         return str(directory)
 
 
+def cache_directory(cache_dir=None):
+    """The expectation cache directory a run uses: `cache_dir`, else DELTACHECK_CACHE_DIR, else
+    none ("")."""
+    if cache_dir is None:
+        cache_dir = os.environ.get("DELTACHECK_CACHE_DIR", "")
+    return os.fspath(cache_dir)
+
+
 def check(fn, suite="smoke", *, filter=None, exclude=None, case=None, seed=None, shard=None,
           device="cpu", convention="fla", framework=None, probes=True, name=None,
-          deterministic=True, verbose=False):
+          deterministic=True, verbose=False, cache_dir=None):
     """Runs `fn` on the selected cases (deltacheck.select's arguments) and judges it exactly as
     `deltacheck run` does. `convention` says how a case's tensors become fn's arguments
     (deltacheck.conventions); `device` where torch tensors live ("cpu", "cuda", "cuda:1");
     `framework` "torch" or "numpy" (default: torch when importable). `deterministic=False` for
     kernels whose bits may vary between identical calls (the repeat probe then tolerates it).
-    verbose=True prints each result's row as it comes."""
+    verbose=True prints each result's row as it comes. `cache_dir` keeps the cases' inputs,
+    FP64 expectations and baselines across runs of the same deltacheck build (default: the
+    DELTACHECK_CACHE_DIR environment variable; none when unset): a rerun then spends its time
+    in fn and the comparisons. Verdicts are the same with and without it."""
     ids = select(suite, filter, exclude, case, seed, shard)
     backend, io, conv = make_backend(fn, convention, device, framework, name, deterministic)
     on_result = (lambda r: print(r.line(), end="", flush=True)) if verbose else None
-    results, stats = _dc.run(ids, backend, probes, on_result)
+    results, stats = _dc.run(ids, backend, probes, on_result, cache_directory(cache_dir))
     if case is not None:
         selection = ["--cases"] + _as_list(case)
     else:

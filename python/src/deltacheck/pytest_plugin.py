@@ -7,6 +7,7 @@ and, for test files, the deltacheck.cases decorator (deltacheck/_testing.py). A 
 shows the verdict's row and reason line (a leak: sequence, first wrong token, max |Δ|) and the
 rerun lines; an unsupported case is skipped with its reason."""
 import importlib
+import os
 
 import pytest
 from _pytest.runner import collect_one_node
@@ -36,6 +37,10 @@ def pytest_addoption(parser):
                 help="torch tensors (default when torch is importable) or NumPy arrays")
     g.addoption("--deltacheck-no-probes", action="store_true",
                 help="skip the oracle-free leakage probes")
+    g.addoption("--deltacheck-cache-dir", default=None, metavar="DIR",
+                help="keep the cases' inputs, FP64 expectations and baselines in DIR across runs "
+                     "(default: DELTACHECK_CACHE_DIR, else pytest's cache directory; 'none': off; "
+                     "--cache-clear empties it)")
 
 
 def _load(spec, what):
@@ -51,6 +56,17 @@ def _load(spec, what):
     return obj
 
 
+def _cache_dir(config):
+    """--deltacheck-cache-dir, else DELTACHECK_CACHE_DIR, else a folder of pytest's cache (which
+    --cache-clear empties), else none."""
+    d = config.getoption("deltacheck_cache_dir")
+    if d is None:
+        d = os.environ.get("DELTACHECK_CACHE_DIR")
+    if d is None and getattr(config, "cache", None) is not None:
+        d = str(config.cache.mkdir("deltacheck-expectations"))
+    return "" if d is None or d == "none" else d
+
+
 class DeltacheckItem(pytest.Item):
     def __init__(self, *, case_id, **kwargs):
         super().__init__(**kwargs)
@@ -60,7 +76,7 @@ class DeltacheckItem(pytest.Item):
         opts = self.parent.opts
         result, conv = run_case(self.case_id, self.parent.fn, opts["convention"], opts["device"],
                                 framework=opts["framework"], probes=opts["probes"],
-                                name=self.parent.name)
+                                name=self.parent.name, cache_dir=opts["cache_dir"])
         self.user_properties.append(("verdict", result.verdict))
         outcome(result, self.parent.label, conv, self.nodeid)
 
@@ -100,7 +116,8 @@ def pytest_collection_modifyitems(session, config, items):
         raise pytest.UsageError(f"deltacheck: {e}") from None
     opts = {"convention": conv, "device": config.getoption("deltacheck_device"),
             "probes": not config.getoption("deltacheck_no_probes"),
-            "framework": config.getoption("deltacheck_framework")}
+            "framework": config.getoption("deltacheck_framework"),
+            "cache_dir": _cache_dir(config)}
     collector = DeltacheckCollector.from_parent(session, name=spec, nodeid=spec, fn=fn,
                                                 label=spec.partition(":")[2], ids=ids, opts=opts)
     # Collected like a test file, so the terminal counts the items and -k, --lf, xdist and the
