@@ -79,7 +79,7 @@ float resolved_scale(const GatedDeltaRuleParams& p) {
   return p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.key_dim));
 }
 
-Status run_backward(const GatedDeltaRuleBackwardParams& bp, const LaneFn& fn) {
+Status run_backward(const GatedDeltaRuleBackwardParams& bp, const LaneFn& fn, bool lanes_write_qk) {
   if (Status st = check(bp); !st.ok()) return st;
   const GatedDeltaRuleParams& p = bp.forward;
   const int64_t H = p.num_heads, HV = p.num_value_heads, K = p.key_dim, V = p.value_dim;
@@ -87,8 +87,10 @@ Status run_backward(const GatedDeltaRuleBackwardParams& bp, const LaneFn& fn) {
   std::vector<uint8_t> live;
   const std::vector<Lane> lanes = make_lanes(p, live);
   // Per value head: every live token's rows are written by its lanes; dead ones are never read.
-  std::unique_ptr<float[]> dq_hat(new float[static_cast<size_t>(tokens * HV * K)]);
-  std::unique_ptr<float[]> dk_hat(new float[static_cast<size_t>(tokens * HV * K)]);
+  lanes_write_qk = lanes_write_qk && HV == H;
+  const size_t hat_size = lanes_write_qk ? 0 : static_cast<size_t>(tokens * HV * K);
+  std::unique_ptr<float[]> dq_hat(lanes_write_qk ? nullptr : new float[hat_size]);
+  std::unique_ptr<float[]> dk_hat(lanes_write_qk ? nullptr : new float[hat_size]);
   core::parallel_for(static_cast<int64_t>(lanes.size()), p.num_threads,
                      [&](int64_t i) { fn(lanes[i], dq_hat.get(), dk_hat.get()); });
 
@@ -111,6 +113,7 @@ Status run_backward(const GatedDeltaRuleBackwardParams& bp, const LaneFn& fn) {
       }
       return;
     }
+    if (lanes_write_qk) return;
     for (int64_t h = 0; h < H; ++h) {
       for (int pass = 0; pass < 2; ++pass) {
         const float* d_hat = (pass == 0 ? dq_hat : dk_hat).get() + (bt * HV + h * group) * K;

@@ -40,7 +40,7 @@ struct Scratch {
   int64_t C = 0, Cp = 0, K = 0, V = 0;
   std::vector<float> starts, ustore;  // per lane: state at each chunk start, U of every token
   std::vector<float> qk, qkt, v, odr, du, ut, s0t, dst, gram, dmat, mm, mt, am, zz, dma, ck, xy;
-  std::vector<float> kd, kdt, dq, dk, w, state, ds, decay, cum, beta, dgp, sk, colacc;
+  std::vector<float> kd, kdt, dq, dk, w, state, ds, decay, cum, beta, dgp, sk, colacc, rq, rk;
   void fit(int64_t C_, int64_t K_, int64_t V_) {
     if (C_ != C || K_ != K || V_ != V) {
       C = C_, K = K_, V = V_, Cp = round_up(C_, 16);
@@ -52,7 +52,7 @@ struct Scratch {
       size(xy, 2 * C * K), size(kd, C * K), size(kdt, K * Cp), size(dq, C * K), size(dk, C * K);
       size(w, C * V), size(state, K * V), size(ds, K * V), size(decay, C), size(cum, C),
           size(beta, C), size(dgp, C), size(sk, C);
-      size(colacc, C);
+      size(colacc, C), size(rq, C), size(rk, C);
     }
   }
   void fit_lane(int64_t chunks, int64_t length) {
@@ -63,10 +63,22 @@ struct Scratch {
   }
 };
 
-// dst (cols x rows, row stride ldd) = src^T (rows x cols, row stride lds).
+// dst (cols x rows, row stride ldd) = src^T (rows x cols, row stride lds), in 16 x 16 tiles so
+// both sides stay in a few cache lines.
 void transpose(int64_t rows, int64_t cols, const float* src, int64_t lds, float* dst, int64_t ldd) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+  constexpr int64_t kTile = 16;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+      if (r1 - r0 == kTile && c1 - c0 == kTile) {
+        for (int64_t c = 0; c < kTile; ++c)
+          for (int64_t r = 0; r < kTile; ++r)
+            dst[(c0 + c) * ldd + r0 + r] = src[(r0 + r) * lds + c0 + c];
+        continue;
+      }
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t r = r0; r < r1; ++r) dst[c * ldd + r] = src[r * lds + c];
+    }
 }
 
 // The decays of a chunk: decay_t = e_t, cum_t = P_t, and D (n x n, row stride Cp) with D_tj for
@@ -132,12 +144,30 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
   auto load_chunk = [&](int64_t c0, int64_t n, int64_t k_row0) {
     for (int64_t t = 0; t < n; ++t) {
       const int64_t tok = token(c0 + t);
-      load_normalized(p, p.k, qk_row(c0 + t), &s.qk[(k_row0 + t) * K]);
+      s.rk[t] = load_normalized(p, p.k, qk_row(c0 + t), &s.qk[(k_row0 + t) * K]);
       load_row(p.v, p.dtype, tok * V, V, &s.v[t * V]);
       s.decay[t] = std::exp(p.g[tok]);
       s.beta[t] = load_as_float(p.beta, p.dtype, tok);
     }
     decays(n, Cp, s.decay.data(), s.cum.data(), s.dmat.data());
+  };
+  // The rows of one head are H (or HV) rows apart, which the hardware prefetchers do not follow:
+  // the next chunk's rows are requested while this one computes, a token at a time.
+  const int64_t es = scalar_type_size(p.dtype);
+  auto prefetch = [&](int64_t t, bool with_q) {
+    if (t < 0 || t >= L.length) return;
+    const char* k = static_cast<const char*>(p.k) + qk_row(t) * K * es;
+    const char* q = static_cast<const char*>(p.q) + qk_row(t) * K * es;
+    const char* v = static_cast<const char*>(p.v) + token(t) * V * es;
+    const char* o = static_cast<const char*>(bp.d_output) + token(t) * V * es;
+    for (int64_t b = 0; b < K * es; b += 64) {
+      __builtin_prefetch(k + b, 0, 2);
+      if (with_q) __builtin_prefetch(q + b, 0, 2);
+    }
+    for (int64_t b = 0; b < V * es; b += 64) {
+      __builtin_prefetch(v + b, 0, 2);
+      if (with_q) __builtin_prefetch(o + b, 0, 2);
+    }
   };
   float* const D = s.dmat.data();
   const int64_t state_row = (static_cast<int64_t>(L.slot) * HV + L.head) * KV;
@@ -158,8 +188,10 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
     float* G = s.gram.data();
     gemm(n, n, K, Kc, K, KT, Cp, G, Cp, kOverwrite);
     float* Am = s.am.data();  // -A, strictly lower
-    for (int64_t t = 0; t < n; ++t)
+    for (int64_t t = 0; t < n; ++t) {
+      prefetch(c0 + C + t, false);
       for (int64_t j = 0; j < t; ++j) Am[t * Cp + j] = -s.beta[t] * D[t * Cp + j] * G[t * Cp + j];
+    }
     float* W = s.w.data();
     gemm(n, V, K, Kc, K, Sv, V, W, V, kOverwrite);
     float* U = &s.ustore[c0 * V];
@@ -191,7 +223,7 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
     float* dR = dO + n * V;
     load_chunk(c0, n, n);
     for (int64_t t = 0; t < n; ++t) {
-      load_normalized(p, p.q, qk_row(c0 + t), Q + t * K);
+      s.rq[t] = load_normalized(p, p.q, qk_row(c0 + t), Q + t * K);
       for (int64_t i = 0; i < K; ++i) Q[t * K + i] *= scale;
       load_row(bp.d_output, p.dtype, token(c0 + t) * V, V, dO + t * V);
     }
@@ -209,17 +241,23 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
     float* M = s.mm.data();
     float* MT = s.mt.data();
     float* AmT = s.am.data();
+    float* Am = s.zz.data();  // -A (strictly lower), transposed into AmT
     for (int64_t t = 0; t < n; ++t) {
-      std::fill(MT + t * Cp, MT + t * Cp + n, 0.0f);
-      std::fill(AmT + t * Cp, AmT + t * Cp + n, 0.0f);
-    }
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t j = 0; j <= t; ++j) {
-        const float m = D[t * Cp + j] * G[t * Cp + j];
-        M[t * Cp + j] = m;
-        MT[j * Cp + t] = m;
-        if (j < t) AmT[j * Cp + t] = -beta[t] * D[t * Cp + j] * Gk[t * Cp + j];
+      const float* d = D + t * Cp;
+      const float* gq = G + t * Cp;
+      const float* gk = Gk + t * Cp;
+      float* m = M + t * Cp;
+      float* a = Am + t * Cp;
+      const float nb = -beta[t];
+      prefetch(c0 - C + t, true);
+      for (int64_t j = 0; j < n; ++j) {
+        m[j] = d[j] * gq[j];  // D is zero above the diagonal
+        a[j] = nb * d[j] * gk[j];
       }
+      a[t] = 0.0f;
+    }
+    transpose(n, n, M, Cp, MT, Cp);
+    transpose(n, n, Am, Cp, AmT, Cp);
     // dU = M^T dO + Kd dS, with Kd = diag(D_last) K.
     float* dU = s.du.data();
     gemm(n, V, n, MT, Cp, dO, V, dU, V, kOverwrite);
@@ -255,27 +293,32 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
     // The pairs (t, j): Z_tj = dM_tj M_tj + dA_tj A_tj (j < t) for dg; dMD = dM .* D (in place,
     // for dQ); the dK coefficients [dMD^T | dA' + dA'^T] (n x 2n, row stride 2 Cp).
     float* Z = s.zz.data();
-    float* CK = s.ck.data();
-    for (int64_t t = 0; t < n; ++t) std::fill(CK + t * 2 * Cp, CK + t * 2 * Cp + 2 * n, 0.0f);
+    float* dAp = s.mt.data();  // dA' (strictly lower); M^T is spent
     for (int64_t t = 0; t < n; ++t) {
       float* dm = dMA + t * Cp;
       const float* nda = dMA + (n + t) * Cp;  // -dA_t.
+      const float* d = D + t * Cp;
+      const float* gk = Gk + t * Cp;
+      const float* m = M + t * Cp;
+      float* z = Z + t * Cp;
+      float* da = dAp + t * Cp;
+      const float b = beta[t];
       float db = 0.0f;
-      for (int64_t j = 0; j < t; ++j) {
-        const float d = D[t * Cp + j], gk = Gk[t * Cp + j];
-        const float a = beta[t] * d * gk;
-        Z[t * Cp + j] = dm[j] * M[t * Cp + j] - nda[j] * a;
-        db -= nda[j] * d * gk;
-        const float da = -nda[j] * beta[t] * d;
-        CK[t * 2 * Cp + n + j] += da;
-        CK[j * 2 * Cp + n + t] += da;
-        dm[j] *= d;
-        CK[j * 2 * Cp + t] = dm[j];
+      for (int64_t j = 0; j < t; ++j) db -= nda[j] * d[j] * gk[j];
+      for (int64_t j = 0; j < n; ++j) {  // zeros above the diagonal come from D
+        z[j] = dm[j] * m[j] - nda[j] * b * d[j] * gk[j];
+        da[j] = -nda[j] * b * d[j];
+        dm[j] *= d[j];
       }
-      CK[t * 2 * Cp + t] = dm[t];  // D_tt = 1
-      for (int64_t j = t + 1; j < n; ++j) dm[j] = 0.0f;
+      z[t] = 0.0f, da[t] = 0.0f;  // the diagonal: M's term cancels in dg, A has none
       dbeta[t] += db;
     }
+    // CK = [dMD^T | dA' + dA'^T], n x 2n.
+    float* CK = s.ck.data();
+    transpose(n, n, dMA, Cp, CK, 2 * Cp);
+    transpose(n, n, dAp, Cp, CK + n, 2 * Cp);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t j = 0; j < n; ++j) CK[t * 2 * Cp + n + j] += dAp[t * Cp + j];
     // dQ = dMD K + diag(P) X; dK += [dMD^T | dA' + dA'^T] [Q; K] - diag(beta P) Y.
     float* dQ = s.dq.data();
     gemm(n, K, n, dMA, Cp, Kc, K, dQ, K, kOverwrite);
@@ -318,8 +361,26 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
     for (int64_t t = 0; t < n; ++t) {
       const int64_t tok = token(c0 + t);
       store_from_float(bp.dbeta, p.dtype, tok, dbeta[t]);
-      std::copy(dQ + t * K, dQ + (t + 1) * K, dq_hat + tok * K);
-      std::copy(dK + t * K, dK + (t + 1) * K, dk_hat + tok * K);
+      if (dq_hat) {
+        std::copy(dQ + t * K, dQ + (t + 1) * K, dq_hat + tok * K);
+        std::copy(dK + t * K, dK + (t + 1) * K, dk_hat + tok * K);
+        continue;
+      }
+      // No GVA: through the norm here, dx = r (dx_hat - x_hat (x_hat . dx_hat)), where
+      // x_hat = Q / scale for q (dQ is w.r.t. the scaled q, hence the factor scale).
+      float* dq = dQ + t * K;
+      float* dk = dK + t * K;
+      const float* qt = Q + t * K;
+      const float* kt = Kc + t * K;
+      const float pq = p.use_qk_l2norm ? dot(qt, dq, K) / (scale * scale) : 0.0f;
+      const float pk = p.use_qk_l2norm ? dot(kt, dk, K) : 0.0f;
+      const float fq = scale * s.rq[t], fk = s.rk[t];
+      for (int64_t i = 0; i < K; ++i) {
+        dq[i] = fq * (dq[i] - qt[i] * pq);
+        dk[i] = fk * (dk[i] - kt[i] * pk);
+      }
+      store_row(bp.dq, p.dtype, qk_row(c0 + t) * K, K, dq);
+      store_row(bp.dk, p.dtype, qk_row(c0 + t) * K, K, dk);
     }
     // dS0 = P_last dS + [Q; K]^T [diag(P) dO; -diag(beta P) dR].
     for (int64_t t = 0; t < n; ++t) {
@@ -337,11 +398,14 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
 }  // namespace
 
 Status chunked_gated_delta_rule_backward(const GatedDeltaRuleBackwardParams& bp) {
-  return backward_lanes::run_backward(bp, [&](const Lane& lane, float* dq_hat, float* dk_hat) {
-    thread_local Scratch scratch;
-    scratch.fit(bp.forward.chunk_size, bp.forward.key_dim, bp.forward.value_dim);
-    lane_backward(bp, lane, scratch, dq_hat, dk_hat);
-  });
+  return backward_lanes::run_backward(
+      bp,
+      [&](const Lane& lane, float* dq_hat, float* dk_hat) {
+        thread_local Scratch scratch;
+        scratch.fit(bp.forward.chunk_size, bp.forward.key_dim, bp.forward.value_dim);
+        lane_backward(bp, lane, scratch, dq_hat, dk_hat);
+      },
+      /*lanes_write_qk=*/true);
 }
 
 }  // namespace deltacheck::kernels::cpu

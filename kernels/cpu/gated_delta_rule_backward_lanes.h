@@ -20,13 +20,17 @@ struct Lane {
 
 // A lane's work. Writes dv, dg, dbeta of its tokens, the gradients w.r.t. the scaled, normalized
 // q and the normalized k of its value head into dq_hat / dk_hat ([B, T, HV, K], fp32), and its
-// dh0 row. Called from several threads at once, one lane each.
+// dh0 row. Called from several threads at once, one lane each. With dq_hat == nullptr (only
+// when HV == H and the caller asked for it) the lane writes dq and dk of its tokens itself.
 using LaneFn = std::function<void(const Lane&, float* dq_hat, float* dk_hat)>;
 
 // Checks bp, runs fn on every live lane (longest first, threaded), then per token sums dq_hat and
 // dk_hat over the value heads of each key head (in head order), takes them through the norm and
 // the scale into dq and dk, and writes zeros for every token that belongs to no live sequence.
-Status run_backward(const GatedDeltaRuleBackwardParams& bp, const LaneFn& fn);
+// lanes_write_qk: without GVA (HV == H), the lanes finish dq and dk themselves (dq_hat and
+// dk_hat are nullptr), which saves a round trip through memory.
+Status run_backward(const GatedDeltaRuleBackwardParams& bp, const LaneFn& fn,
+                    bool lanes_write_qk = false);
 
 // Sum of a[i] b[i] with 16 partial sums, so the loop vectorizes without reassociation flags.
 float dot(const float* a, const float* b, int64_t n);
