@@ -152,21 +152,25 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
     decays(n, Cp, s.decay.data(), s.cum.data(), s.dmat.data());
   };
   // The rows of one head are H (or HV) rows apart, which the hardware prefetchers do not follow:
-  // the next chunk's rows are requested while this one computes, a token at a time.
+  // the next chunk's rows are requested while this one computes, a few tokens after each product
+  // (a burst of them all would overflow the miss buffers, which then drop prefetches).
   const int64_t es = scalar_type_size(p.dtype);
-  auto prefetch = [&](int64_t t, bool with_q) {
-    if (t < 0 || t >= L.length) return;
-    const char* k = static_cast<const char*>(p.k) + qk_row(t) * K * es;
-    const char* q = static_cast<const char*>(p.q) + qk_row(t) * K * es;
-    const char* v = static_cast<const char*>(p.v) + token(t) * V * es;
-    const char* o = static_cast<const char*>(bp.d_output) + token(t) * V * es;
-    for (int64_t b = 0; b < K * es; b += 64) {
-      __builtin_prefetch(k + b, 0, 2);
-      if (with_q) __builtin_prefetch(q + b, 0, 2);
-    }
-    for (int64_t b = 0; b < V * es; b += 64) {
-      __builtin_prefetch(v + b, 0, 2);
-      if (with_q) __builtin_prefetch(o + b, 0, 2);
+  int64_t pf_next = 0, pf_end = 0;
+  bool pf_q = false;
+  auto prefetch_some = [&](int64_t count) {
+    for (const int64_t stop = std::min(pf_end, pf_next + count); pf_next < stop; ++pf_next) {
+      const char* k = static_cast<const char*>(p.k) + qk_row(pf_next) * K * es;
+      const char* q = static_cast<const char*>(p.q) + qk_row(pf_next) * K * es;
+      const char* v = static_cast<const char*>(p.v) + token(pf_next) * V * es;
+      const char* o = static_cast<const char*>(bp.d_output) + token(pf_next) * V * es;
+      for (int64_t b = 0; b < K * es; b += 64) {
+        __builtin_prefetch(k + b, 0, 2);
+        if (pf_q) __builtin_prefetch(q + b, 0, 2);
+      }
+      for (int64_t b = 0; b < V * es; b += 64) {
+        __builtin_prefetch(v + b, 0, 2);
+        if (pf_q) __builtin_prefetch(o + b, 0, 2);
+      }
     }
   };
   float* const D = s.dmat.data();
@@ -182,29 +186,33 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
     const int64_t c0 = c * C, n = std::min(C, L.length - c0);
     std::copy(Sv, Sv + KV, &s.starts[c * KV]);
     load_chunk(c0, n, 0);
+    pf_next = c0 + n, pf_end = std::min(L.length, c0 + n + C), pf_q = false;
+    const int64_t pf_step = (C + 3) / 4;
     const float* Kc = s.qk.data();
     float* KT = s.kdt.data();  // K x Cp
     transpose(n, K, Kc, K, KT, Cp);
     float* G = s.gram.data();
     gemm(n, n, K, Kc, K, KT, Cp, G, Cp, kOverwrite);
+    prefetch_some(pf_step);
     float* Am = s.am.data();  // -A, strictly lower
-    for (int64_t t = 0; t < n; ++t) {
-      prefetch(c0 + C + t, false);
+    for (int64_t t = 0; t < n; ++t)
       for (int64_t j = 0; j < t; ++j) Am[t * Cp + j] = -s.beta[t] * D[t * Cp + j] * G[t * Cp + j];
-    }
     float* W = s.w.data();
     gemm(n, V, K, Kc, K, Sv, V, W, V, kOverwrite);
+    prefetch_some(pf_step);
     float* U = &s.ustore[c0 * V];
     for (int64_t t = 0; t < n; ++t) {
       const float b = s.beta[t], pt = s.cum[t];
       for (int64_t j = 0; j < V; ++j) U[t * V + j] = b * (s.v[t * V + j] - pt * W[t * V + j]);
     }
     substitute_forward(n, Am, Cp, U, V);
+    prefetch_some(pf_step);
     // S = P_last S + (K .* D_last)^T U
     const float* dl = D + (n - 1) * Cp;
     for (int64_t i = 0; i < K; ++i)
       for (int64_t t = 0; t < n; ++t) KT[i * Cp + t] *= dl[t];
     gemm(K, V, n, KT, Cp, U, V, Sv, V, Start{true, s.cum[n - 1]});
+    prefetch_some(pf_step);
   }
 
   // ---- reverse: dS from the last chunk to the first
@@ -222,6 +230,8 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
     float* dO = s.odr.data();
     float* dR = dO + n * V;
     load_chunk(c0, n, n);
+    pf_next = std::max<int64_t>(0, c0 - C), pf_end = c0, pf_q = true;
+    const int64_t pf_step = (C + 7) / 8;
     for (int64_t t = 0; t < n; ++t) {
       s.rq[t] = load_normalized(p, p.q, qk_row(c0 + t), Q + t * K);
       for (int64_t i = 0; i < K; ++i) Q[t * K + i] *= scale;
@@ -236,6 +246,7 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
     transpose(2 * n, K, Q, K, QKT, 2 * Cp);
     float* G = s.gram.data();
     gemm(2 * n, n, K, Q, K, QKT + n, 2 * Cp, G, Cp, kOverwrite);
+    prefetch_some(pf_step);
     const float* Gk = G + n * Cp;
     // M (lower with diagonal), M^T, and -A^T (strictly upper) for the back substitution.
     float* M = s.mm.data();
@@ -249,7 +260,6 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
       float* m = M + t * Cp;
       float* a = Am + t * Cp;
       const float nb = -beta[t];
-      prefetch(c0 - C + t, true);
       for (int64_t j = 0; j < n; ++j) {
         m[j] = d[j] * gq[j];  // D is zero above the diagonal
         a[j] = nb * d[j] * gk[j];
@@ -261,6 +271,7 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
     // dU = M^T dO + Kd dS, with Kd = diag(D_last) K.
     float* dU = s.du.data();
     gemm(n, V, n, MT, Cp, dO, V, dU, V, kOverwrite);
+    prefetch_some(pf_step);
     float* Kd = s.kd.data();
     for (int64_t t = 0; t < n; ++t)
       for (int64_t i = 0; i < K; ++i) Kd[t * K + i] = dl[t] * Kc[t * K + i];
@@ -269,6 +280,7 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
     transpose(K, V, dS, V, s.dst.data(), K);
     float* dK = s.dk.data();
     gemm(n, K, V, U, V, s.dst.data(), K, dK, K, kOverwrite);
+    prefetch_some(pf_step);
     for (int64_t t = 0; t < n; ++t) {
       for (int64_t i = 0; i < K; ++i) dK[t * K + i] *= dl[t];
       s.sk[t] = dot(dK + t * K, Kc + t * K, K);
@@ -276,6 +288,7 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
     // dR = (I + A)^-T dU; dv = beta dR; dbeta starts at dR . v.
     std::copy(dU, dU + n * V, dR);
     substitute_backward(n, AmT, Cp, dR, V);
+    prefetch_some(pf_step);
     float* dbeta = s.w.data();  // n floats
     for (int64_t t = 0; t < n; ++t) {
       float* dv = s.du.data() + t * V;  // dU is spent
@@ -287,9 +300,11 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
     transpose(n, V, U, V, s.ut.data(), Cp);
     float* dMA = s.dma.data();
     gemm(2 * n, n, V, dO, V, s.ut.data(), Cp, dMA, Cp, kOverwrite);
+    prefetch_some(pf_step);
     transpose(K, V, S0, V, s.s0t.data(), K);
     float* XY = s.xy.data();
     gemm(2 * n, K, V, dO, V, s.s0t.data(), K, XY, K, kOverwrite);
+    prefetch_some(pf_step);
     // The pairs (t, j): Z_tj = dM_tj M_tj + dA_tj A_tj (j < t) for dg; dMD = dM .* D (in place,
     // for dQ); the dK coefficients [dMD^T | dA' + dA'^T] (n x 2n, row stride 2 Cp).
     float* Z = s.zz.data();
@@ -322,7 +337,9 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
     // dQ = dMD K + diag(P) X; dK += [dMD^T | dA' + dA'^T] [Q; K] - diag(beta P) Y.
     float* dQ = s.dq.data();
     gemm(n, K, n, dMA, Cp, Kc, K, dQ, K, kOverwrite);
+    prefetch_some(pf_step);
     gemm(n, K, 2 * n, CK, 2 * Cp, Q, K, dK, K, kAccumulate);
+    prefetch_some(pf_step);
     float* dgp = s.dgp.data();  // the gate terms through P_t
     for (int64_t t = 0; t < n; ++t) {
       const float* x = XY + t * K;
