@@ -15,6 +15,10 @@
 // dg_t gathers the terms whose factors contain e_t (pairs i >= t > j of M and A, the tokens at
 // and after t through P, and the last token's D_last,j for j < t), each of which is small where
 // the decay is strong, so no two large terms cancel (FLA #77, FlashQLA PR #28).
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -39,14 +43,14 @@ using chunk_gemm::gemm, chunk_gemm::kRows, chunk_gemm::Start, chunk_gemm::kOverw
 struct Scratch {
   int64_t C = 0, Cp = 0, K = 0, V = 0;
   std::vector<float> starts, ustore;  // per lane: state at each chunk start, U of every token
-  std::vector<float> qk, qkt, v, odr, du, ut, s0t, dst, gram, dmat, mm, mt, am, zz, dma, ck, xy;
+  std::vector<float> qk, qkt, v, odr, du, ut, s0t, gram, dmat, mm, mt, am, zz, dma, ck, xy;
   std::vector<float> kd, kdt, dq, dk, w, state, ds, decay, cum, beta, dgp, sk, colacc, rq, rk;
   void fit(int64_t C_, int64_t K_, int64_t V_) {
     if (C_ != C || K_ != K || V_ != V) {
       C = C_, K = K_, V = V_, Cp = round_up(C_, 16);
       auto size = [](std::vector<float>& x, int64_t n) { x.assign(static_cast<size_t>(n), 0.0f); };
       size(qk, 2 * C * K), size(qkt, K * 2 * Cp), size(v, C * V), size(odr, 2 * C * V);
-      size(du, C * V), size(ut, V * Cp), size(s0t, V * K), size(dst, V * K);
+      size(du, C * V), size(ut, V * Cp), size(s0t, V * K);
       size(gram, 2 * C * Cp), size(dmat, C * Cp), size(mm, C * Cp), size(mt, C * Cp);
       size(am, C * Cp), size(zz, C * Cp), size(dma, 2 * C * Cp), size(ck, C * 2 * Cp);
       size(xy, 2 * C * K), size(kd, C * K), size(kdt, K * Cp), size(dq, C * K), size(dk, C * K);
@@ -63,17 +67,56 @@ struct Scratch {
   }
 };
 
-// dst (cols x rows, row stride ldd) = src^T (rows x cols, row stride lds), in 16 x 16 tiles so
-// both sides stay in a few cache lines.
+// One 16 x 16 tile: dst = src^T.
+void transpose_tile(const float* src, int64_t lds, float* dst, int64_t ldd) {
+#if defined(__AVX512F__)
+  // Pairs, then 64-bit pairs, leave row 4g + c holding column 4L + c of rows 4g .. 4g+3 in its
+  // 128-bit lane L; a 4 x 4 transpose of lanes finishes each output row.
+  // The zero-masked forms with a full mask are the plain instructions; GCC 12 warns about the
+  // undefined pass-through operand of the unmasked intrinsics.
+  constexpr __mmask16 kAll = 0xFFFF;
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_maskz_unpacklo_ps(kAll, r[i], r[i + 1]);
+    t[i + 1] = _mm512_maskz_unpackhi_ps(kAll, r[i], r[i + 1]);
+  }
+  auto lo = [](__m512 a, __m512 b) {
+    return _mm512_castpd_ps(
+        _mm512_maskz_unpacklo_pd(0xFF, _mm512_castps_pd(a), _mm512_castps_pd(b)));
+  };
+  auto hi = [](__m512 a, __m512 b) {
+    return _mm512_castpd_ps(
+        _mm512_maskz_unpackhi_pd(0xFF, _mm512_castps_pd(a), _mm512_castps_pd(b)));
+  };
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = lo(t[i], t[i + 2]), r[i + 1] = hi(t[i], t[i + 2]);
+    r[i + 2] = lo(t[i + 1], t[i + 3]), r[i + 3] = hi(t[i + 1], t[i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512 u0 = _mm512_maskz_shuffle_f32x4(kAll, r[c], r[4 + c], 0x44);
+    const __m512 u1 = _mm512_maskz_shuffle_f32x4(kAll, r[c], r[4 + c], 0xEE);
+    const __m512 u2 = _mm512_maskz_shuffle_f32x4(kAll, r[8 + c], r[12 + c], 0x44);
+    const __m512 u3 = _mm512_maskz_shuffle_f32x4(kAll, r[8 + c], r[12 + c], 0xEE);
+    _mm512_storeu_ps(dst + (0 + c) * ldd, _mm512_maskz_shuffle_f32x4(kAll, u0, u2, 0x88));
+    _mm512_storeu_ps(dst + (4 + c) * ldd, _mm512_maskz_shuffle_f32x4(kAll, u0, u2, 0xDD));
+    _mm512_storeu_ps(dst + (8 + c) * ldd, _mm512_maskz_shuffle_f32x4(kAll, u1, u3, 0x88));
+    _mm512_storeu_ps(dst + (12 + c) * ldd, _mm512_maskz_shuffle_f32x4(kAll, u1, u3, 0xDD));
+  }
+#else
+  for (int64_t c = 0; c < 16; ++c)
+    for (int64_t r = 0; r < 16; ++r) dst[c * ldd + r] = src[r * lds + c];
+#endif
+}
+
+// dst (cols x rows, row stride ldd) = src^T (rows x cols, row stride lds), in 16 x 16 tiles.
 void transpose(int64_t rows, int64_t cols, const float* src, int64_t lds, float* dst, int64_t ldd) {
   constexpr int64_t kTile = 16;
   for (int64_t r0 = 0; r0 < rows; r0 += kTile)
     for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
       const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
       if (r1 - r0 == kTile && c1 - c0 == kTile) {
-        for (int64_t c = 0; c < kTile; ++c)
-          for (int64_t r = 0; r < kTile; ++r)
-            dst[(c0 + c) * ldd + r0 + r] = src[(r0 + r) * lds + c0 + c];
+        transpose_tile(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
         continue;
       }
       for (int64_t c = c0; c < c1; ++c)
@@ -277,9 +320,11 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
       for (int64_t i = 0; i < K; ++i) Kd[t * K + i] = dl[t] * Kc[t * K + i];
     gemm(n, V, K, Kd, K, dS, V, dU, V, kAccumulate);
     // dKd = U dS^T: dk_j = D_last,j dKd_j; its gate term sk_j = D_last,j dKd_j . k_j.
-    transpose(K, V, dS, V, s.dst.data(), K);
+    transpose(n, V, U, V, s.ut.data(), Cp);
     float* dK = s.dk.data();
-    gemm(n, K, V, U, V, s.dst.data(), K, dK, K, kOverwrite);
+    float* dKdT = s.kdt.data();  // dKd^T = dS U^T (K x n): U^T serves [dM; -dA] below too
+    gemm(K, n, V, dS, V, s.ut.data(), Cp, dKdT, Cp, kOverwrite);
+    transpose(K, n, dKdT, Cp, dK, K);
     prefetch_some(pf_step);
     for (int64_t t = 0; t < n; ++t) {
       for (int64_t i = 0; i < K; ++i) dK[t * K + i] *= dl[t];
@@ -297,7 +342,6 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
       dbeta[t] = dot(dR + t * V, s.v.data() + t * V, V);
     }
     // [dM; -dA] = [dO; dR] U^T and [X; Y] = [dO; dR] S0^T.
-    transpose(n, V, U, V, s.ut.data(), Cp);
     float* dMA = s.dma.data();
     gemm(2 * n, n, V, dO, V, s.ut.data(), Cp, dMA, Cp, kOverwrite);
     prefetch_some(pf_step);
