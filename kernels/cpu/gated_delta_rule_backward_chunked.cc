@@ -313,7 +313,9 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
     transpose(n, n, Am, Cp, AmT, Cp);
     // dU = M^T dO + Kd dS, with Kd = diag(D_last) K.
     float* dU = s.du.data();
-    gemm(n, V, n, MT, Cp, dO, V, dU, V, kOverwrite);
+    for (int64_t r0 = 0; r0 < n; r0 += kRows)  // row t of M^T is zero before column t
+      gemm(std::min(kRows, n - r0), V, n - r0, MT + r0 * Cp + r0, Cp, dO + r0 * V, V, dU + r0 * V,
+           V, kOverwrite);
     prefetch_some(pf_step);
     float* Kd = s.kd.data();
     for (int64_t t = 0; t < n; ++t)
@@ -380,9 +382,16 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
       for (int64_t j = 0; j < n; ++j) CK[t * 2 * Cp + n + j] += dAp[t * Cp + j];
     // dQ = dMD K + diag(P) X; dK += [dMD^T | dA' + dA'^T] [Q; K] - diag(beta P) Y.
     float* dQ = s.dq.data();
-    gemm(n, K, n, dMA, Cp, Kc, K, dQ, K, kOverwrite);
+    for (int64_t r0 = 0; r0 < n; r0 += kRows) {  // dMD is lower triangular
+      const int64_t mr = std::min(kRows, n - r0);
+      gemm(mr, K, r0 + mr, dMA + r0 * Cp, Cp, Kc, K, dQ + r0 * K, K, kOverwrite);
+    }
     prefetch_some(pf_step);
-    gemm(n, K, 2 * n, CK, 2 * Cp, Q, K, dK, K, kAccumulate);
+    for (int64_t r0 = 0; r0 < n; r0 += kRows) {  // dMD^T is upper triangular, dA' + dA'^T full
+      const int64_t mr = std::min(kRows, n - r0);
+      float* ck = CK + r0 * 2 * Cp;
+      gemm(mr, K, n - r0 + n, ck + r0, 2 * Cp, Q + r0 * K, K, dK + r0 * K, K, kAccumulate);
+    }
     prefetch_some(pf_step);
     float* dgp = s.dgp.data();  // the gate terms through P_t
     for (int64_t t = 0; t < n; ++t) {
