@@ -17,6 +17,7 @@
 
 #ifdef DELTACHECK_BENCH_TORCH
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include "kernels/torch/gated_delta_rule.h"
 #include "kernels/torch/linear_attention_layer.h"
@@ -101,36 +102,52 @@ BENCHMARK(BM_prefill_recurrent)
 
 // Nominal operations of the backward: twice the forward's (8 T HV K V), as for any product (the
 // gradient of y = A x costs one product for dA and one for dx).
-void BM_backward_cpu(benchmark::State& st) {
-  const int64_t T = st.range(0), HV = st.range(1);
-  const GdrInputs in(T, kH, HV, kK, kV);
-  std::vector<float> o(static_cast<size_t>(T * HV * kV));
-  std::vector<float> state = uniform(HV * kK * kV, -0.1f, 0.1f, 6);
+struct BackwardInputs {
+  GdrInputs in;
+  std::vector<float> o, state, d_out, d_ht, dq, dk, dv, dg, dbeta, dh0;
   kernels::GatedDeltaRuleBackwardParams b;
-  b.forward = prefill_params(in, T, HV, o, state);
-  b.forward.final_state = nullptr;
-  const std::vector<float> d_out = uniform(T * HV * kV, -1.0f, 1.0f, 8);
-  const std::vector<float> d_ht = uniform(HV * kK * kV, -1.0f, 1.0f, 9);
-  std::vector<float> dq(in.q.size()), dk(in.k.size()), dv(in.v.size()), dg(in.g.size()),
-      dbeta(in.beta.size()), dh0(d_ht.size());
-  b.d_output = d_out.data(), b.d_final_state = d_ht.data();
-  b.dq = dq.data(), b.dk = dk.data(), b.dv = dv.data(), b.dg = dg.data();
-  b.dbeta = dbeta.data(), b.dh0 = dh0.data();
+  BackwardInputs(int64_t T, int64_t HV)
+      : in(T, kH, HV, kK, kV),
+        o(static_cast<size_t>(T * HV * kV)),
+        state(uniform(HV * kK * kV, -0.1f, 0.1f, 6)),
+        d_out(uniform(T * HV * kV, -1.0f, 1.0f, 8)),
+        d_ht(uniform(HV * kK * kV, -1.0f, 1.0f, 9)),
+        dq(in.q.size()),
+        dk(in.k.size()),
+        dv(in.v.size()),
+        dg(in.g.size()),
+        dbeta(in.beta.size()),
+        dh0(d_ht.size()) {
+    b.forward = prefill_params(in, T, HV, o, state);
+    b.forward.final_state = nullptr;
+    b.d_output = d_out.data(), b.d_final_state = d_ht.data();
+    b.dq = dq.data(), b.dk = dk.data(), b.dv = dv.data(), b.dg = dg.data();
+    b.dbeta = dbeta.data(), b.dh0 = dh0.data();
+  }
+};
+
+void BM_backward_cpu(benchmark::State& st, bool chunked) {
+  const int64_t T = st.range(0), HV = st.range(1);
+  BackwardInputs x(T, HV);
+  x.b.chunked = chunked;
   for (auto _ : st) {
-    fail_unless_ok(st, kernels::cpu::recurrent_gated_delta_rule_backward(b));
-    benchmark::DoNotOptimize(dq.data());
+    fail_unless_ok(st, kernels::cpu::gated_delta_rule_backward(x.b));
+    benchmark::DoNotOptimize(x.dq.data());
   }
   set_counters(st, T, 2 * gdr_nominal_flops(T, HV, kK, kV));
 }
 
-BENCHMARK(BM_backward_cpu)
+void backward_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"T", "HV"})->Args({512, 16})->Args({4096, 16});
+  b->MeasureProcessCPUTime()->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK_CAPTURE(BM_backward_cpu, chunked, true)
+    ->Name("gdr_backward/cpu_chunked")
+    ->Apply(backward_shapes);
+BENCHMARK_CAPTURE(BM_backward_cpu, recurrent, false)
     ->Name("gdr_backward/cpu_recurrent")
-    ->ArgNames({"T", "HV"})
-    ->Args({512, 16})
-    ->Args({4096, 16})
-    ->MeasureProcessCPUTime()
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+    ->Apply(backward_shapes);
 
 // ---- many short sequences: 256 x 16 tokens packed, zero initial state, final states out --------
 
@@ -300,6 +317,31 @@ void BM_prefill_torch(benchmark::State& st) {
 }
 
 BENCHMARK(BM_prefill_torch)->Name("gdr_prefill/torch")->Apply(prefill_shapes);
+
+// LibTorch autograd of the ATen chunked forward on requires_grad tensors: the forward recorded,
+// then torch::autograd::grad with do and dht, every input gradient (q, k, v, g, beta, h0) out.
+void BM_backward_torch_autograd(benchmark::State& st) {
+  const int64_t T = st.range(0), HV = st.range(1);
+  const BackwardInputs x(T, HV);
+  at::Tensor q = tensor_of(x.in.q, {1, T, kH, kK}), k = tensor_of(x.in.k, {1, T, kH, kK});
+  at::Tensor v = tensor_of(x.in.v, {1, T, HV, kV});
+  at::Tensor g = tensor_of(x.in.g, {1, T, HV}), beta = tensor_of(x.in.beta, {1, T, HV});
+  at::Tensor s0 = tensor_of(x.state, {1, HV, kK, kV});
+  const at::Tensor d_out = tensor_of(x.d_out, {1, T, HV, kV});
+  const at::Tensor d_ht = tensor_of(x.d_ht, {1, HV, kK, kV});
+  const std::vector<at::Tensor> inputs{q.requires_grad_(),    k.requires_grad_(),
+                                       v.requires_grad_(),    g.requires_grad_(),
+                                       beta.requires_grad_(), s0.requires_grad_()};
+  for (auto _ : st) {
+    auto r =
+        kernels::torch::chunked_gated_delta_rule(q, k, v, g, beta, std::nullopt, s0, 0.0, true);
+    const auto grads = ::torch::autograd::grad({r.output, r.final_state}, inputs, {d_out, d_ht});
+    benchmark::DoNotOptimize(grads[0].data_ptr());
+  }
+  set_counters(st, T, 2 * gdr_nominal_flops(T, HV, kK, kV));
+}
+
+BENCHMARK(BM_backward_torch_autograd)->Name("gdr_backward/torch_autograd")->Apply(backward_shapes);
 
 void BM_short_torch(benchmark::State& st) {
   const int64_t N = st.range(0), L = st.range(1), HV = st.range(2), T = N * L;

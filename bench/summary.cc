@@ -75,6 +75,8 @@ std::string summarize(const std::vector<Figure>& figures) {
     // Counterparts: the LibTorch kernel of the same shape, and the bare kernel under the harness.
     if (const Figure* t = find_named(figures, swapped(f.name, "/cpu/", "/torch/")))
       line += fmt::format(", {:.2f}x the speed of torch", t->seconds / f.seconds);
+    if (const Figure* t = find_named(figures, swapped(f.name, "/cpu_chunked/", "/torch_autograd/")))
+      line += fmt::format(", {:.2f}x the speed of torch autograd", t->seconds / f.seconds);
     // The external backend's routes (external_bench.cc): what each adds per call to the kernel.
     if (f.name.rfind("external_call/", 0) == 0) {
       const std::string kernel = f.name.find("/serve/") != std::string::npos

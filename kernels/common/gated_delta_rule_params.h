@@ -58,6 +58,9 @@ struct GatedDeltaRuleBackwardParams {
   // fp32 [rows, HV, K, V]: sequence i writes row state_slots[i] (or i), also without an initial
   // state; rows no sequence addresses stay untouched; nullptr: not kept. May be d_final_state.
   float* dh0 = nullptr;
+  // kernels/cpu gated_delta_rule_backward(): the chunked kernel (forward.chunk_size tokens a
+  // chunk), or the token-by-token recurrence (forward.chunk_size tokens between kept states).
+  bool chunked = true;
 };
 
 }  // namespace deltacheck::kernels

@@ -9,15 +9,12 @@
 
 #include "core/parallel_for.h"
 #include "kernels/cpu/gated_delta_rule.h"
+#include "kernels/cpu/gated_delta_rule_backward_lanes.h"
 #include "kernels/cpu/row_conversion.h"
 
 namespace deltacheck::kernels::cpu {
+namespace backward_lanes {
 namespace {
-
-struct Lane {
-  int64_t row, begin, length, seq, head;
-  int32_t slot;
-};
 
 int64_t sequences(const GatedDeltaRuleParams& p) { return p.cu_seqlens ? p.num_seqs : p.batch; }
 
@@ -56,7 +53,8 @@ std::vector<Lane> make_lanes(const GatedDeltaRuleParams& p, std::vector<uint8_t>
   return lanes;
 }
 
-// Sums with 16 partial sums, so the loops vectorize without reassociation flags.
+}  // namespace
+
 float dot(const float* a, const float* b, int64_t n) {
   float part[16] = {};
   int64_t j = 0;
@@ -68,8 +66,6 @@ float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// Row `index` of q or k ([.., K] in dtype) in fp32 as the forward uses it: x / sqrt(sum x^2 +
-// 1e-6) when asked (x unchanged otherwise); returns that factor.
 float load_normalized(const GatedDeltaRuleParams& p, const void* src, int64_t index, float* dst) {
   const int64_t K = p.key_dim;
   load_row(src, p.dtype, index * K, K, dst);
@@ -82,6 +78,64 @@ float load_normalized(const GatedDeltaRuleParams& p, const void* src, int64_t in
 float resolved_scale(const GatedDeltaRuleParams& p) {
   return p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.key_dim));
 }
+
+Status run_backward(const GatedDeltaRuleBackwardParams& bp, const LaneFn& fn, bool lanes_write_qk) {
+  if (Status st = check(bp); !st.ok()) return st;
+  const GatedDeltaRuleParams& p = bp.forward;
+  const int64_t H = p.num_heads, HV = p.num_value_heads, K = p.key_dim, V = p.value_dim;
+  const int64_t tokens = p.batch * p.seq_len, group = HV / H;
+  std::vector<uint8_t> live;
+  const std::vector<Lane> lanes = make_lanes(p, live);
+  // Per value head: every live token's rows are written by its lanes; dead ones are never read.
+  lanes_write_qk = lanes_write_qk && HV == H;
+  const size_t hat_size = lanes_write_qk ? 0 : static_cast<size_t>(tokens * HV * K);
+  std::unique_ptr<float[]> dq_hat(lanes_write_qk ? nullptr : new float[hat_size]);
+  std::unique_ptr<float[]> dk_hat(lanes_write_qk ? nullptr : new float[hat_size]);
+  core::parallel_for(static_cast<int64_t>(lanes.size()), p.num_threads,
+                     [&](int64_t i) { fn(lanes[i], dq_hat.get(), dk_hat.get()); });
+
+  // Per token: dq and dk (the group's sum, in head order, through the norm:
+  // dx = r (dx_hat - x_hat (x_hat . dx_hat))); dead tokens get zeros everywhere.
+  const float scale = resolved_scale(p);
+  core::parallel_for(tokens, p.num_threads, [&](int64_t bt) {
+    thread_local std::vector<float> x_hat, dx;
+    x_hat.resize(static_cast<size_t>(std::max(K, V))), dx.resize(x_hat.size());
+    if (!live[bt]) {
+      std::fill(dx.begin(), dx.end(), 0.0f);
+      for (int64_t h = 0; h < H; ++h) {
+        store_row(bp.dq, p.dtype, (bt * H + h) * K, K, dx.data());
+        store_row(bp.dk, p.dtype, (bt * H + h) * K, K, dx.data());
+      }
+      for (int64_t h = 0; h < HV; ++h) {
+        store_row(bp.dv, p.dtype, (bt * HV + h) * V, V, dx.data());
+        store_from_float(bp.dbeta, p.dtype, bt * HV + h, 0.0f);
+        bp.dg[bt * HV + h] = 0.0f;
+      }
+      return;
+    }
+    if (lanes_write_qk) return;
+    for (int64_t h = 0; h < H; ++h) {
+      for (int pass = 0; pass < 2; ++pass) {
+        const float* d_hat = (pass == 0 ? dq_hat : dk_hat).get() + (bt * HV + h * group) * K;
+        std::copy(d_hat, d_hat + K, dx.data());
+        for (int64_t m = 1; m < group; ++m)
+          for (int64_t i = 0; i < K; ++i) dx[i] += d_hat[m * K + i];
+        const float factor = pass == 0 ? scale : 1.0f;
+        const float r = load_normalized(p, pass == 0 ? p.q : p.k, bt * H + h, x_hat.data());
+        const float proj = p.use_qk_l2norm ? dot(x_hat.data(), dx.data(), K) : 0.0f;
+        for (int64_t i = 0; i < K; ++i) dx[i] = factor * r * (dx[i] - x_hat[i] * proj);
+        store_row(pass == 0 ? bp.dq : bp.dk, p.dtype, (bt * H + h) * K, K, dx.data());
+      }
+    }
+  });
+  return Status::Ok();
+}
+}  // namespace backward_lanes
+
+namespace {
+
+using backward_lanes::dot, backward_lanes::Lane, backward_lanes::load_normalized,
+    backward_lanes::resolved_scale;
 
 // The forward in two halves, so that one pass over the state ends a token and begins the next.
 // S is the state after a token, before the next token's decay.
@@ -334,54 +388,15 @@ void backward_lane(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
 }  // namespace
 
 Status recurrent_gated_delta_rule_backward(const GatedDeltaRuleBackwardParams& bp) {
-  if (Status st = check(bp); !st.ok()) return st;
-  const GatedDeltaRuleParams& p = bp.forward;
-  const int64_t H = p.num_heads, HV = p.num_value_heads, K = p.key_dim, V = p.value_dim;
-  const int64_t tokens = p.batch * p.seq_len, group = HV / H;
-  std::vector<uint8_t> live;
-  const std::vector<Lane> lanes = make_lanes(p, live);
-  // Per value head: every live token's rows are written by its lanes; dead ones are never read.
-  std::unique_ptr<float[]> dq_hat(new float[static_cast<size_t>(tokens * HV * K)]);
-  std::unique_ptr<float[]> dk_hat(new float[static_cast<size_t>(tokens * HV * K)]);
-  core::parallel_for(static_cast<int64_t>(lanes.size()), p.num_threads, [&](int64_t i) {
+  return backward_lanes::run_backward(bp, [&](const Lane& lane, float* dq_hat, float* dk_hat) {
     thread_local Scratch scratch;
-    backward_lane(bp, lanes[i], scratch, dq_hat.get(), dk_hat.get());
+    backward_lane(bp, lane, scratch, dq_hat, dk_hat);
   });
+}
 
-  // Per token: dq and dk (the group's sum, in head order, through the norm:
-  // dx = r (dx_hat - x_hat (x_hat . dx_hat))); dead tokens get zeros everywhere.
-  const float scale = resolved_scale(p);
-  core::parallel_for(tokens, p.num_threads, [&](int64_t bt) {
-    thread_local std::vector<float> x_hat, dx;
-    x_hat.resize(static_cast<size_t>(std::max(K, V))), dx.resize(x_hat.size());
-    if (!live[bt]) {
-      std::fill(dx.begin(), dx.end(), 0.0f);
-      for (int64_t h = 0; h < H; ++h) {
-        store_row(bp.dq, p.dtype, (bt * H + h) * K, K, dx.data());
-        store_row(bp.dk, p.dtype, (bt * H + h) * K, K, dx.data());
-      }
-      for (int64_t h = 0; h < HV; ++h) {
-        store_row(bp.dv, p.dtype, (bt * HV + h) * V, V, dx.data());
-        store_from_float(bp.dbeta, p.dtype, bt * HV + h, 0.0f);
-        bp.dg[bt * HV + h] = 0.0f;
-      }
-      return;
-    }
-    for (int64_t h = 0; h < H; ++h) {
-      for (int pass = 0; pass < 2; ++pass) {
-        const float* d_hat = (pass == 0 ? dq_hat : dk_hat).get() + (bt * HV + h * group) * K;
-        std::copy(d_hat, d_hat + K, dx.data());
-        for (int64_t m = 1; m < group; ++m)
-          for (int64_t i = 0; i < K; ++i) dx[i] += d_hat[m * K + i];
-        const float factor = pass == 0 ? scale : 1.0f;
-        const float r = load_normalized(p, pass == 0 ? p.q : p.k, bt * H + h, x_hat.data());
-        const float proj = p.use_qk_l2norm ? dot(x_hat.data(), dx.data(), K) : 0.0f;
-        for (int64_t i = 0; i < K; ++i) dx[i] = factor * r * (dx[i] - x_hat[i] * proj);
-        store_row(pass == 0 ? bp.dq : bp.dk, p.dtype, (bt * H + h) * K, K, dx.data());
-      }
-    }
-  });
-  return Status::Ok();
+Status gated_delta_rule_backward(const GatedDeltaRuleBackwardParams& bp) {
+  return bp.chunked ? chunked_gated_delta_rule_backward(bp)
+                    : recurrent_gated_delta_rule_backward(bp);
 }
 
 }  // namespace deltacheck::kernels::cpu

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -250,7 +251,14 @@ TorchGdrResult chunked_gated_delta_rule(const at::Tensor& q, const at::Tensor& k
                                         bool output_final_state) {
   constexpr const char* kWho = "chunked_gated_delta_rule";
   if (chunk_size <= 0) fail(kWho, "chunk_size must be positive");
-  at::NoGradGuard no_grad;
+  // Recorded for autograd only when an input asks for gradients (the LibTorch backward, issue
+  // #21): the state scan then builds new states instead of writing them in place.
+  const bool record =
+      at::GradMode::is_enabled() &&
+      (q.requires_grad() || k.requires_grad() || v.requires_grad() || g.requires_grad() ||
+       beta.requires_grad() || (initial_state && initial_state->requires_grad()));
+  std::optional<at::NoGradGuard> no_grad;
+  if (!record) no_grad.emplace();
   Problem p = prepare(kWho, q, k, v, g, beta, cu_seqlens, initial_state, scale, use_qk_l2norm);
   const int64_t C = chunk_size, HV = p.value_heads, K = p.key_dim, V = p.value_dim;
   const int64_t N = p.num_seqs(), BT = p.batch * p.seq_len;
@@ -309,14 +317,24 @@ TorchGdrResult chunked_gated_delta_rule(const at::Tensor& q, const at::Tensor& k
   }
 
   at::Tensor state_in = at::empty({NC, HV, K, V}, f32);
+  std::vector<at::Tensor> recorded_in;
   for (size_t m = 0; m < active.size(); ++m) {
     at::Tensor s = running.narrow(0, 0, active[m]);
     const int64_t c0 = first[m], a = active[m];
-    state_in.narrow(0, c0, a).copy_(s);
-    s.copy_(at::baddbmm(R.narrow(0, c0, a).reshape({a * HV, K, V}),
-                        M.narrow(0, c0, a).reshape({a * HV, K, K}), s.reshape({a * HV, K, V}))
-                .view({a, HV, K, V}));
+    at::Tensor next =
+        at::baddbmm(R.narrow(0, c0, a).reshape({a * HV, K, V}),
+                    M.narrow(0, c0, a).reshape({a * HV, K, K}), s.reshape({a * HV, K, V}))
+            .view({a, HV, K, V});
+    if (!record) {
+      state_in.narrow(0, c0, a).copy_(s);
+      s.copy_(next);
+      continue;
+    }
+    recorded_in.push_back(s);
+    const int64_t rest = running.size(0) - a;
+    running = rest == 0 ? next : at::cat({next, running.narrow(0, a, rest)});
   }
+  if (record) state_in = at::cat(recorded_in);
 
   at::Tensor output = at::empty({BT, HV, V}, f32);  // every token is written by exactly one class
   for (size_t c = 0; c < classes.size(); ++c) {
