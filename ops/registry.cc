@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "ops/gdr/params.h"
+#include "ops/gdr_grad/params.h"
 #include "ops/layer/params.h"
 #include "ops/mask/params.h"
 
@@ -12,6 +13,7 @@ namespace deltacheck::ops {
 const std::vector<RegisteredOp>& registry() {
   static const std::vector<RegisteredOp> ops{
       {gdr::definition(), &gdr::operation()},
+      {gdr_grad::definition(), &gdr_grad::operation()},
       {layer::definition(), &layer::operation()},
       {mask::mask_definition(), &mask::operation()},
       {mask::layers_definition(), &mask::operation()},

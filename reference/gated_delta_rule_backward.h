@@ -36,4 +36,15 @@ GatedDeltaRuleGradients gated_delta_rule_backward(const GatedDeltaRuleArgs& args
                                                   const double* d_output,
                                                   const double* d_final_state);
 
+// The same backward in the arithmetic of a tolerance baseline (only the token recurrence,
+// Formulation::kRecurrent): compute type fp32 or FP64; `how.operands` rounds the matmul operands
+// (normalized q and k, do, the replayed states, u, err and the state gradient where they enter a
+// product) to bf16 / fp16 / TF32, `how.output` the activation gradients (dq, dk, dv, dbeta) as a
+// kernel stores them; dg and dh0 stay in the compute type. With FP64 and no rounding it gives the
+// oracle's bits. Throws std::invalid_argument for a chunked formulation.
+GatedDeltaRuleGradients gated_delta_rule_backward(const GatedDeltaRuleArgs& args,
+                                                  const double* d_output,
+                                                  const double* d_final_state,
+                                                  const Arithmetic& how);
+
 }  // namespace deltacheck::reference

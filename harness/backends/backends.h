@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "harness/backend.h"
+#include "kernels/common/gated_delta_rule_params.h"
 
 namespace deltacheck::harness {
 
@@ -19,6 +20,15 @@ Status run_cpu_layer_case(const cases::Case& c, const cases::TensorMap& in, case
 std::unique_ptr<Backend> make_wrong_conv_backend();
 // The cpu backend's gdr cases in every cache mode (cpu_gdr.cc).
 Status run_cpu_gdr_case(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out);
+// The cpu backend's gdr_grad cases through the CPU backward, and the backward's kernel
+// parameters for a case (cpu_gdr_grad.cc); the deliberately wrong backwards
+// (wrong_grad_backends.cc).
+kernels::GatedDeltaRuleBackwardParams gdr_grad_params(const cases::Case& c,
+                                                      const cases::TensorMap& in,
+                                                      cases::TensorMap& out);
+Status run_cpu_gdr_grad_case(const cases::Case& c, const cases::TensorMap& in,
+                             cases::TensorMap& out);
+std::vector<std::unique_ptr<Backend>> make_wrong_grad_backends();
 // wrong:segfault and wrong:hang, which crash only under --isolate (wrong_crash_backends.cc).
 std::vector<std::unique_ptr<Backend>> make_wrong_crash_backends();
 // "external": a program run per case through the fixture format (external_backend.cc).

@@ -119,7 +119,9 @@ double beta_value(Beta regime, const Stream& st, uint64_t i) {
   return regime == Beta::kWide ? 2.0 * b : b;
 }
 
-TensorMap generate_gdr(const Case& c, const GenOptions& o) {
+}  // namespace
+
+TensorMap generate(const Case& c, const GenOptions& o) {
   const Params d = decode(c);
   TensorMap m;
   Tensor& q = m.add(Tensor("q", d.dtype, {d.B, d.T, d.H, d.K}));
@@ -171,6 +173,8 @@ TensorMap generate_gdr(const Case& c, const GenOptions& o) {
   }
   return m;
 }
+
+namespace {
 
 int64_t gdr_input_bytes(const Case& c) {
   const Params d = decode(c);
@@ -343,8 +347,6 @@ bool one_token_per_sequence(const Params& p) {
   return !l.empty() && std::all_of(l.begin(), l.end(), [](int64_t n) { return n == 1; });
 }
 
-cases::OpDefinition definition() {
-  return {gdr_schema(), generate_gdr, gdr_input_bytes, gdr_suite};
-}
+cases::OpDefinition definition() { return {gdr_schema(), generate, gdr_input_bytes, gdr_suite}; }
 
 }  // namespace deltacheck::ops::gdr

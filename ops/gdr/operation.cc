@@ -21,10 +21,10 @@ using cases::DType;
 using cases::Tensor;
 using cases::TensorMap;
 
-// The reference arguments of a (non-pool) case; `buffers` keeps the FP64 copies alive.
-reference::GatedDeltaRuleArgs reference_args(const cases::Case& c, const TensorMap& in,
+}  // namespace
+
+reference::GatedDeltaRuleArgs reference_args(const Params& d, const TensorMap& in,
                                              std::vector<std::vector<double>>& buffers) {
-  const Params d = decode(c);
   auto values = [&](const Tensor& t) {
     buffers.push_back(t.to_double());
     return buffers.back().data();
@@ -47,6 +47,14 @@ reference::GatedDeltaRuleArgs reference_args(const cases::Case& c, const TensorM
   if (const Tensor* t = in.find("initial_state")) a.initial_state = values(*t);
   a.use_qk_l2norm = d.l2;
   return a;
+}
+
+namespace {
+
+// The reference arguments of a (non-pool) case.
+reference::GatedDeltaRuleArgs reference_args(const cases::Case& c, const TensorMap& in,
+                                             std::vector<std::vector<double>>& buffers) {
+  return reference_args(decode(c), in, buffers);
 }
 
 Values as_values(reference::GatedDeltaRuleResult r) {

@@ -11,6 +11,7 @@
 #include "cases/op.h"
 #include "cases/tensor.h"
 #include "ops/operation.h"
+#include "reference/gated_delta_rule.h"
 
 namespace deltacheck::ops::gdr {
 
@@ -63,5 +64,12 @@ bool one_token_per_sequence(const Params& p);
 
 cases::OpDefinition definition();  // case.cc
 const Operation& operation();      // operation.cc
+
+// Shared with the operations built on the rule's forward problem (ops/gdr_grad): the inputs of a
+// gdr case (case.cc; the schema's generator), and the FP64 reference arguments of a (non-pool)
+// problem `d` over `inputs` (operation.cc), whose FP64 copies `buffers` keeps alive.
+cases::TensorMap generate(const cases::Case& c, const cases::GenOptions& o);
+reference::GatedDeltaRuleArgs reference_args(const Params& d, const cases::TensorMap& inputs,
+                                             std::vector<std::vector<double>>& buffers);
 
 }  // namespace deltacheck::ops::gdr

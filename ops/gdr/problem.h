@@ -12,10 +12,11 @@ namespace deltacheck::ops::gdr {
 // pointers, no num_seqs.
 kernels::GatedDeltaRuleParams kernel_dims(const Params& d);
 
-// Kernel parameters pointing into `inputs` and `outputs` (o, and final_state when the case keeps
-// it; cu_seqlens and num_seqs from its tensor): host tensors (cases::TensorMap) or a backend's
-// device mirrors of them (any map with at(name) and find(name) -> pointer, whose tensors have
-// data(), nbytes() and as<T>()). The caller may adjust fields (the deliberately wrong backends do).
+// Kernel parameters pointing into `inputs` and `outputs` (o when present, and final_state when the
+// case keeps it; cu_seqlens and num_seqs from its tensor): host tensors (cases::TensorMap) or a
+// backend's device mirrors of them (any map with at(name) and find(name) -> pointer, whose tensors
+// have data(), nbytes() and as<T>()). The caller may adjust fields (the deliberately wrong backends
+// do).
 template <typename In, typename Out>
 kernels::GatedDeltaRuleParams kernel_params(const Params& d, const In& inputs, Out& outputs) {
   kernels::GatedDeltaRuleParams p = kernel_dims(d);
@@ -24,7 +25,7 @@ kernels::GatedDeltaRuleParams kernel_params(const Params& d, const In& inputs, O
   p.v = inputs.at("v").data();
   p.g = inputs.at("g").template as<float>();
   p.beta = inputs.at("beta").data();
-  p.o = outputs.at("o").data();
+  if (auto* o = outputs.find("o")) p.o = o->data();
   if (const auto* cu = inputs.find("cu_seqlens")) {
     p.cu_seqlens = cu->template as<int64_t>();
     p.num_seqs = static_cast<int64_t>(cu->nbytes() / sizeof(int64_t)) - 1;

@@ -1,0 +1,198 @@
+// The gdr_grad operation: schema (gdr's forward parameters, less the cache modes, plus dht and
+// tail), inputs (the gdr generator's, a padding tail, do and dht) and suite entries.
+#include <cstring>
+#include <string>
+
+#include "cases/det_math.h"
+#include "ops/decode.h"
+#include "ops/gdr_grad/params.h"
+#include "ops/repack.h"
+#include "ops/schema.h"
+
+namespace deltacheck::ops::gdr_grad {
+namespace {
+
+// The gdr parameters that are not the forward problem's: the backward is of one prefill call.
+bool forward_only(const std::string& key) { return key == "cache" || key == "calls"; }
+
+void check_grad(const Case& c) {
+  const Case f = forward_case(c);  // the forward problem's own checks (HV % H, ...)
+  if (c.get_int("tail") > 0 && !f.layout().has_cu_seqlens())
+    throw CaseIdError("tail=" + c.get("tail") +
+                      " needs a packed layout (tokens past cu_seqlens[-1]); got " +
+                      c.get("layout"));
+}
+
+OpSchema grad_schema() {
+  std::vector<ParamSpec> params;
+  for (const ParamSpec& p : gdr::definition().schema.params)
+    if (!forward_only(p.key) && p.key != "seed") params.push_back(p);
+  params.push_back(choice("dht", "none", {"none", "rand"},
+                          "gradient of the final state: none (zero) | rand (0.5 N(0,1))"));
+  params.push_back(integer("tail", "0", 0, 4096,
+                           "padding tokens after cu_seqlens[-1] (packed layouts): gradients 0"));
+  params.push_back(seed_param());
+  return OpSchema{"gdr_grad",
+                  "gated delta rule backward: dq, dk, dv, dg, dbeta, dh0 (with an initial state) "
+                  "from do and dht; forward inputs as the gdr prefill case's",
+                  std::move(params), check_grad};
+}
+
+// Fills rows [first, first + count) of token-major tensor t (`per` elements a token) with
+// `value(stream, i)`; the tail belongs to no sequence, so its streams take no sequence salt.
+template <typename Fn>
+void fill_rows(Tensor& t, uint64_t seed, int64_t first, int64_t count, int64_t per, Fn value) {
+  const Stream st(seed, "tail/" + t.name());
+  for (int64_t i = 0; i < count * per; ++i) t.set(first * per + i, value(st, i));
+}
+
+// `t` with `tail` more token rows ([1, T + tail, ...]), filled by `value`.
+template <typename Fn>
+Tensor with_tail(const Tensor& t, int64_t tail, uint64_t seed, Fn value) {
+  std::vector<int64_t> shape = t.shape();
+  const int64_t rows = shape[1], per = t.numel() / (shape[0] * shape[1]);
+  shape[1] += tail;
+  Tensor out(t.name(), t.dtype(), shape);
+  std::memcpy(out.data(), t.data(), t.nbytes());
+  fill_rows(out, seed, rows, tail, per, value);
+  return out;
+}
+
+TensorMap generate_grad(const Case& c, const GenOptions& o) {
+  const Params p = decode(c);
+  const gdr::Params& d = p.rule;
+  TensorMap f = gdr::generate(forward_case(c), o);
+  TensorMap m;
+  const auto normal = [](const Stream& st, int64_t i) { return st.normal(i); };
+  for (const Tensor& t : f.all()) {
+    const bool token_major = t.name() != "cu_seqlens" && t.name() != "initial_state";
+    if (!token_major || p.tail == 0) {
+      m.add(t);
+    } else if (t.name() == "g") {
+      m.add(with_tail(t, p.tail, d.seed, [](const Stream& st, int64_t i) {
+        return cases::det_log_sigmoid(st.uniform(i));
+      }));
+    } else if (t.name() == "beta") {
+      m.add(with_tail(t, p.tail, d.seed, [](const Stream& st, int64_t i) {
+        return cases::det_sigmoid(st.normal(i));
+      }));
+    } else {
+      m.add(with_tail(t, p.tail, d.seed, normal));
+    }
+  }
+  // do: N(0,1) per sequence with the sequence's salt, like v; the tail's unsalted.
+  Tensor& dout = m.add(Tensor("do", d.dtype, {d.B, d.T, d.HV, d.V}));
+  const int64_t row = d.HV * d.V;
+  for (int64_t s = 0; s < d.N; ++s) {
+    const Stream st = sequence_stream(d.seed, o, "do", s);
+    const int64_t base = token_row(d.layout, s, 0);
+    for (int64_t i = 0; i < d.layout.lengths[s] * row; ++i)
+      dout.set(base * row + i, st.normal(static_cast<uint64_t>(i)));
+  }
+  if (p.tail > 0) fill_rows(dout, d.seed, p.tokens(), p.tail, row, normal);
+  if (p.dht) {
+    Tensor& dht = m.add(Tensor("dht", DType::kF32, {d.N, d.HV, d.K, d.V}));
+    const int64_t per = d.HV * d.K * d.V;
+    for (int64_t s = 0; s < d.N; ++s) {
+      const Stream st = sequence_stream(d.seed, o, "dht", s);
+      for (int64_t i = 0; i < per; ++i) dht.set(s * per + i, 0.5 * st.normal(i));
+    }
+  }
+  return m;
+}
+
+int64_t grad_input_bytes(const Case& c) {
+  const Params p = decode(c);
+  const gdr::Params& d = p.rule;
+  const int64_t es = cases::dtype_size(d.dtype), state = d.N * d.HV * d.K * d.V * 4;
+  return gdr::definition().input_bytes(forward_case(c)) +
+         p.tail * (2 * d.H * d.K + d.HV * d.V + d.HV) * es + p.tail * d.HV * 4 +
+         d.B * d.T * d.HV * d.V * es + (p.dht ? state : 0);
+}
+
+void grad_suite(SuiteBuilder& b, Tier t) {
+  const int tier = static_cast<int>(t);
+  const SuiteParams base{{"H", "2"},         {"HV", "4"},       {"K", "32"},    {"V", "32"},
+                         {"gate", "strong"}, {"state", "rand"}, {"dht", "rand"}};
+  int seed = 1;
+  auto add = [&](const SuiteParams& over) {
+    b.add("gdr_grad", merge(merge(base, {{"seed", std::to_string(seed++)}}), over));
+  };
+  const std::vector<std::string> dtypes{"fp32", "bf16", "fp16"};
+  // Layouts: chunk edges, zero-length sequences (first, middle, last), many tiny ones, B > 1.
+  std::vector<std::string> layouts{"packed[63,0,65]", "single[64]", "batch[3x17]"};
+  if (tier >= 1)
+    for (const char* l : {"packed[0,1,2,15,16,0]", "packed[1*12]", "packed[64,128,0]",
+                          "packed[127,129]", "batch[4x65]", "single[1]"})
+      layouts.push_back(l);
+  if (tier >= 2)
+    for (const char* l : {"packed[1*40,300]", "packed[3*20,257,2*20]", "packed[0,0,5,0]",
+                          "batch[8x33]", "packed[700,2]"})
+      layouts.push_back(l);
+  for (const auto& l : layouts)
+    for (const auto& dt : tier == 0 ? std::vector<std::string>{"fp32"} : dtypes)
+      add({{"layout", l}, {"dtype", dt}});
+  // A padding tail after cu_seqlens[-1], with and without dht and an initial state.
+  add({{"layout", "packed[63,0,65]"}, {"tail", "7"}});
+  if (tier >= 1) {
+    for (const auto& dt : dtypes)
+      add({{"layout", "packed[5,64,3]"}, {"tail", "70"}, {"dtype", dt}});
+    add({{"layout", "packed[16,0]"}, {"tail", "1"}, {"state", "none"}, {"dht", "none"}});
+    add({{"layout", "single[33]"}, {"state", "none"}, {"dht", "none"}});
+    add({{"layout", "packed[0,40]"}, {"state", "mixed"}});
+  }
+  if (tier < 1) return;
+  // Gate, beta and key regimes on the chunk-edge pack: strong decay is where dg by a
+  // cancellation form goes wrong.
+  for (const auto& g : {"zero", "weak", "strong", "tail"})
+    for (const auto& dt : dtypes) add({{"layout", "packed[63,0,65]"}, {"gate", g}, {"dtype", dt}});
+  for (const auto& be : {"zero", "one", "wide"}) add({{"layout", "packed[63,0,65]"}, {"beta", be}});
+  add({{"layout", "packed[63,0,65]"}, {"keys", "pos"}});
+  add({{"layout", "packed[63,0,65]"}, {"l2", "0"}});
+  // Head dims (odd ones included) and GVA ratios.
+  for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
+           {"64", "64"}, {"60", "100"}, {"8", "8"}, {"4", "4"}})
+    for (const auto& dt : dtypes)
+      add({{"layout", "packed[63,0,65]"}, {"K", k}, {"V", v}, {"dtype", dt}});
+  for (const auto& [h, hv] :
+       std::vector<std::pair<std::string, std::string>>{{"1", "4"}, {"2", "8"}, {"4", "4"}})
+    for (const auto& dt : dtypes)
+      add({{"layout", "packed[15,64,65]"}, {"H", h}, {"HV", hv}, {"dtype", dt}});
+  if (tier >= 2) {
+    for (const auto& g : {"weak", "strong", "tail"})
+      for (const auto& dt : dtypes)
+        add({{"layout", "packed[1500,0,3*30]"},
+             {"K", "128"},
+             {"V", "128"},
+             {"gate", g},
+             {"dtype", dt},
+             {"tail", "17"}});
+    for (int s = 100; s < 106; ++s)
+      add({{"layout", "packed[1*30,64,127,129,0,257]"}, {"seed", std::to_string(s)}});
+  }
+}
+
+}  // namespace
+
+Case forward_case(const Case& c) {
+  expect_op(c, "gdr_grad");
+  std::vector<std::pair<std::string, std::string>> params;
+  for (const auto& [k, v] : c.params())
+    if (k != "dht" && k != "tail") params.emplace_back(k, v);
+  return Case("gdr", params);
+}
+
+Params decode(const Case& c) {
+  Params p;
+  p.rule = gdr::decode(forward_case(c));
+  p.dht = c.get("dht") == "rand";
+  p.tail = c.get_int("tail");
+  p.rule.T += p.tail;
+  return p;
+}
+
+cases::OpDefinition definition() {
+  return {grad_schema(), generate_grad, grad_input_bytes, grad_suite};
+}
+
+}  // namespace deltacheck::ops::gdr_grad

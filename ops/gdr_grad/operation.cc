@@ -1,0 +1,143 @@
+// The gdr_grad operation. Outputs dq, dk [B,T,H,K], dv [B,T,HV,V], dbeta [B,T,HV] (dtype of the
+// activations), dg [B,T,HV] (fp32, like g) and dh0 [N,HV,K,V] (fp32, with an initial state). The
+// FP64 oracle is reference/gated_delta_rule_backward; the tolerance baselines are the same
+// backward recurrence in the case's precision (fp32 compute, operands rounded to bf16 / fp16 /
+// TF32 like the forward's tensor-core baseline), from the same reference source: nothing of
+// kernels/. Tail tokens (past cu_seqlens[-1]) must come back exactly zero.
+#include "ops/operation.h"
+
+#include <stdexcept>
+
+#include "ops/gdr_grad/params.h"
+#include "ops/repack.h"
+#include "reference/gated_delta_rule_backward.h"
+
+namespace deltacheck::ops::gdr_grad {
+namespace {
+
+using cases::DType;
+using cases::Tensor;
+using cases::TensorMap;
+
+// The backward formulations in real use in the case's precision: the fp32 token recurrence
+// (activation gradients stored in the activation dtype), and for bf16 / fp16 activations (or a
+// TF32 declaration) the same with matmul operands in that format.
+std::vector<reference::Arithmetic> grad_baselines(DType dtype, MatmulPrecision precision) {
+  using reference::Rounding;
+  const Rounding act = dtype == DType::kBF16  ? Rounding::kBF16
+                       : dtype == DType::kF16 ? Rounding::kF16
+                                              : Rounding::kNone;
+  reference::Arithmetic plain;
+  plain.fp32 = true;
+  plain.output = act;
+  std::vector<reference::Arithmetic> out{plain};
+  reference::Arithmetic lowp = plain;
+  lowp.operands = act != Rounding::kNone                ? act
+                  : precision == MatmulPrecision::kTF32 ? Rounding::kTF32
+                                                        : Rounding::kNone;
+  if (lowp.operands != Rounding::kNone) out.push_back(lowp);
+  return out;
+}
+
+// The backward of the case's inputs, FP64 (`how` empty) or in a baseline's arithmetic.
+Values backward(const cases::Case& c, const TensorMap& in, const reference::Arithmetic* how) {
+  const Params p = decode(c);
+  std::vector<std::vector<double>> buffers;
+  const reference::GatedDeltaRuleArgs a = gdr::reference_args(p.rule, in, buffers);
+  const std::vector<double> dout = in.at("do").to_double();
+  std::vector<double> dht;
+  if (const Tensor* t = in.find("dht")) dht = t->to_double();
+  const double* dfs = dht.empty() ? nullptr : dht.data();
+  reference::GatedDeltaRuleGradients r =
+      how ? reference::gated_delta_rule_backward(a, dout.data(), dfs, *how)
+          : reference::gated_delta_rule_backward(a, dout.data(), dfs);
+  Values v{{"dq", std::move(r.dq)},
+           {"dk", std::move(r.dk)},
+           {"dv", std::move(r.dv)},
+           {"dg", std::move(r.dg)},
+           {"dbeta", std::move(r.dbeta)}};
+  if (p.dh0()) v["dh0"] = std::move(r.dh0);
+  return v;
+}
+
+// Elements per token of a token-major output.
+int64_t per_token(const gdr::Params& d, const std::string& output) {
+  if (output == "dq" || output == "dk") return d.H * d.K;
+  if (output == "dv") return d.HV * d.V;
+  return d.HV;  // dg, dbeta
+}
+
+class GdrGradOperation : public Operation {
+ public:
+  std::vector<OutputSpec> outputs(const cases::Case& c) const override {
+    const Params p = decode(c);
+    const gdr::Params& d = p.rule;
+    std::vector<OutputSpec> o{{"dq", d.dtype, {d.B, d.T, d.H, d.K}},
+                              {"dk", d.dtype, {d.B, d.T, d.H, d.K}},
+                              {"dv", d.dtype, {d.B, d.T, d.HV, d.V}},
+                              {"dg", DType::kF32, {d.B, d.T, d.HV}, d.dtype},
+                              {"dbeta", d.dtype, {d.B, d.T, d.HV}}};
+    // Tokens past cu_seqlens[-1]: exactly zero (the oracle's values), checked bit for bit.
+    if (p.tail > 0)
+      for (OutputSpec& s : o) {
+        const int64_t n = per_token(d, s.name);
+        s.must_be_unchanged.push_back(
+            {p.tokens() * n, d.T * n, "a gradient past cu_seqlens[-1] (must be exactly 0)"});
+      }
+    if (p.dh0()) o.push_back({"dh0", DType::kF32, {d.N, d.HV, d.K, d.V}, d.dtype});
+    return o;
+  }
+
+  Values oracle(const cases::Case& c, const TensorMap& in) const override {
+    return backward(c, in, nullptr);
+  }
+
+  std::vector<Baseline> baselines(const cases::Case& c, const TensorMap& in,
+                                  MatmulPrecision precision) const override {
+    std::vector<Baseline> out;
+    for (const reference::Arithmetic& how : grad_baselines(decode(c).rule.dtype, precision))
+      out.push_back({"backward " + reference::describe(how), backward(c, in, &how)});
+    return out;
+  }
+
+  std::vector<SeqSlice> slices(const cases::Case& c, const std::string& output) const override {
+    const gdr::Params d = decode(c).rule;
+    std::vector<SeqSlice> s;
+    for (int64_t i = 0; i < d.N; ++i) {
+      if (output == "dh0") {
+        const int64_t per = d.HV * d.K * d.V;
+        s.push_back({i, i * per, (i + 1) * per, 0});
+        continue;
+      }
+      const int64_t n = per_token(d, output), b = token_row(d.layout, i, 0);
+      s.push_back({i, b * n, (b + d.layout.lengths[i]) * n, n});
+    }
+    return s;
+  }
+
+  std::vector<int64_t> sequence_lengths(const cases::Case& c) const override {
+    return decode(c).rule.layout.lengths;
+  }
+
+  TensorMajor major(const std::string& t) const override {
+    if (t == "initial_state" || t == "dht" || t == "dh0") return TensorMajor::kSequence;
+    if (t == "q" || t == "k" || t == "v" || t == "g" || t == "beta" || t == "do" || t == "dq" ||
+        t == "dk" || t == "dv" || t == "dg" || t == "dbeta")
+      return TensorMajor::kToken;
+    return TensorMajor::kNone;
+  }
+
+  // Repacking keeps the tokens of sequences only: a case with a padding tail is judged without
+  // the probes (its tail is checked bit for bit instead). No split probe: splitting the backward
+  // needs the state gradient passed back from the second call to the first.
+  bool repackable(const cases::Case& c) const override { return decode(c).tail == 0; }
+};
+
+}  // namespace
+
+const Operation& operation() {
+  static const GdrGradOperation op;
+  return op;
+}
+
+}  // namespace deltacheck::ops::gdr_grad
