@@ -7,7 +7,8 @@
 //                            inside a chunk does not reset the state (aligned boundaries do)
 //   wrong:readout-before-update  o_t = S_{t-1}^T q_t (off by one token in the read-out)
 //   wrong:ignore-state       every initial state ignored
-// The wrong mask builders (wrong:mask-*) are in wrong_mask_backends.cc.
+// The wrong mask builders (wrong:mask-*) are in wrong_mask_backends.cc, the wrong backwards
+// (wrong:grad-*) in wrong_grad_backends.cc.
 #include <cstring>
 #include <vector>
 
@@ -192,6 +193,7 @@ std::vector<std::unique_ptr<Backend>> make_wrong_backends() {
   v.push_back(std::make_unique<IgnoreState>());
   for (auto& b : make_wrong_mask_backends()) v.push_back(std::move(b));   // mask builders
   for (auto& b : make_wrong_cache_backends()) v.push_back(std::move(b));  // state between calls
+  for (auto& b : make_wrong_grad_backends()) v.push_back(std::move(b));   // backwards
   return v;
 }
 

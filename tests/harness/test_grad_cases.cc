@@ -1,0 +1,135 @@
+// The gdr_grad operation through the harness: the CPU backward passes every gate gradient case
+// (probes included), and every deliberately wrong backward gets the verdict a kernel author
+// would give it.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cases/suites.h"
+#include "harness/backend.h"
+#include "harness/runner.h"
+#include "ops/gdr_grad/params.h"
+
+namespace deltacheck::harness {
+namespace {
+
+std::vector<cases::Case> grad_cases(const std::string& suite) {
+  std::vector<cases::Case> out;
+  for (const cases::Case& c : cases::suite(suite))
+    if (c.op() == "gdr_grad") out.push_back(c);
+  return out;
+}
+
+CaseResult run(const cases::Case& c, const std::string& backend) {
+  auto b = make_backend(backend);
+  return run_case(prepare(c), *b, true);
+}
+
+TEST(GradCases, CpuBackwardPassesTheGate) {
+  auto cpu = make_backend("cpu");
+  const auto cs = grad_cases("gate");
+  EXPECT_GE(cs.size(), 60u);
+  for (const cases::Case& c : cs) {
+    const CaseResult r = run_case(prepare(c), *cpu, true);
+    EXPECT_EQ(r.verdict, Verdict::kPass) << c.id() << ": " << r.message;
+  }
+}
+
+// Sequence s's gradients depend on the next sequence's: a leak wherever a later non-empty
+// sequence exists (tail cases, which are not repacked, read fail: the leak cannot be confirmed).
+TEST(GradCases, StateGradientCarriedAcrossABoundaryIsALeak) {
+  const char* ids[] = {
+      "gdr_grad(layout=packed[63,0,65],K=16,V=16,dht=rand,seed=1)",
+      "gdr_grad(layout=packed[0,1,2,15,16,0],K=16,V=16,dht=none,seed=2)",
+      "gdr_grad(layout=packed[64,128],K=16,V=16,state=none,dht=rand,dtype=bf16,seed=3)",
+  };
+  for (const char* id : ids) {
+    const CaseResult r = run(cases::Case::parse(id), "wrong:grad-carry-state");
+    EXPECT_EQ(r.verdict, Verdict::kLeak) << id << ": " << r.message;
+  }
+  // One sequence: nothing to carry.
+  EXPECT_EQ(run(cases::Case::parse("gdr_grad(layout=single[65],K=16,V=16,dht=rand)"),
+                "wrong:grad-carry-state")
+                .verdict,
+            Verdict::kPass);
+}
+
+TEST(GradCases, Dh0OfSequenceZeroForAllIsALeak) {
+  const CaseResult r =
+      run(cases::Case::parse("gdr_grad(layout=packed[63,0,65],K=16,V=16,dht=rand,seed=4)"),
+          "wrong:grad-dh0-seq0");
+  EXPECT_EQ(r.verdict, Verdict::kLeak) << r.message;
+  EXPECT_EQ(r.leak_seq, 1);
+  // Without an initial state there is no dh0 to get wrong.
+  EXPECT_EQ(run(cases::Case::parse("gdr_grad(layout=packed[63,0,65],K=16,V=16,state=none)"),
+                "wrong:grad-dh0-seq0")
+                .verdict,
+            Verdict::kPass);
+}
+
+TEST(GradCases, TailLeftUnwrittenIsAnError) {
+  const CaseResult r =
+      run(cases::Case::parse("gdr_grad(layout=packed[5,64,3],K=16,V=16,tail=70,seed=5)"),
+          "wrong:grad-tail-unwritten");
+  EXPECT_EQ(r.verdict, Verdict::kError) << r.message;
+  EXPECT_NE(r.message.find("unwritten"), std::string::npos) << r.message;
+  EXPECT_EQ(run(cases::Case::parse("gdr_grad(layout=packed[5,64,3],K=16,V=16)"),
+                "wrong:grad-tail-unwritten")
+                .verdict,
+            Verdict::kPass);
+}
+
+// The cpu backward writes the tail's zeros; a tail that is written but not zero is a fail
+// (bit-exact check), which the cpu backend does not trip.
+TEST(GradCases, CpuWritesTheTailsZeros) {
+  for (const char* dt : {"fp32", "bf16"}) {
+    const std::string id =
+        std::string("gdr_grad(layout=packed[16,0],K=16,V=16,tail=9,dtype=") + dt + ")";
+    const CaseResult r = run(cases::Case::parse(id), "cpu");
+    EXPECT_EQ(r.verdict, Verdict::kPass) << id << ": " << r.message;
+  }
+}
+
+TEST(GradCases, RowsPastTheFirstWrongIsALeak) {
+  int leaks = 0, packed = 0;
+  for (const cases::Case& c : grad_cases("gate")) {
+    const ops::gdr_grad::Params p = ops::gdr_grad::decode(c);
+    if (p.rule.B < 2 && packed++ >= 3) continue;  // packed: a few, to see them pass
+    const CaseResult r = run_case(prepare(c), *make_backend("wrong:grad-rows-past-first"), true);
+    if (p.rule.B < 2) {
+      EXPECT_EQ(r.verdict, Verdict::kPass) << c.id() << ": " << r.message;
+      continue;
+    }
+    EXPECT_EQ(r.verdict, Verdict::kLeak) << c.id() << ": " << r.message;
+    EXPECT_GE(r.leak_seq, 1) << c.id();
+    leaks += r.verdict == Verdict::kLeak;
+  }
+  EXPECT_GE(leaks, 6);
+}
+
+// dg by the cancellation form: right without decay (fp32), a fail under strong decay, where the
+// outputs' other gradients are right.
+TEST(GradCases, DgByTheCancellationFormFailsUnderStrongDecay) {
+  int fails = 0;
+  for (const cases::Case& c : grad_cases("gate")) {
+    const ops::gdr_grad::Params p = ops::gdr_grad::decode(c);
+    if (p.rule.dtype != cases::DType::kF32 || p.rule.gate != ops::gdr::Gate::kStrong) continue;
+    if (p.rule.layout.total_tokens() < 32) continue;  // a few tokens: too little to cancel
+    // beta = 0 writes nothing: the state only decays, and every term of the sum vanishes with it.
+    if (p.rule.beta == ops::gdr::Beta::kZero) continue;
+    const CaseResult r = run_case(prepare(c), *make_backend("wrong:grad-dg-cumulative"), true);
+    EXPECT_EQ(r.verdict, Verdict::kFail) << c.id() << ": " << r.message;
+    for (const TensorReport& t : r.tensors)
+      EXPECT_EQ(t.ok, t.name != "dg") << c.id() << " " << t.name;
+    fails += r.verdict == Verdict::kFail;
+  }
+  EXPECT_GE(fails, 15);
+  const CaseResult zero =
+      run(cases::Case::parse("gdr_grad(layout=packed[63,0,65],K=32,V=32,gate=zero,dht=rand)"),
+          "wrong:grad-dg-cumulative");
+  EXPECT_EQ(zero.verdict, Verdict::kPass) << zero.message;
+}
+
+}  // namespace
+}  // namespace deltacheck::harness
