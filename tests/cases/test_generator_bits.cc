@@ -28,10 +28,12 @@ uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
   return h;
 }
 
-// Names, dtypes, shapes and bytes of every input of every case of a suite, in order.
-uint64_t suite_inputs_hash(const std::string& suite_name, bool salted) {
+// Names, dtypes, shapes and bytes of every input of every case of a suite, in order: of operation
+// `op` only, or (op empty) of every operation pinned before gdr_grad joined the suites.
+uint64_t suite_inputs_hash(const std::string& suite_name, bool salted, const std::string& op = "") {
   uint64_t h = 0xcbf29ce484222325ull;
   for (const Case& c : suite(suite_name)) {
+    if (op.empty() ? c.op() == "gdr_grad" : c.op() != op) continue;
     GenOptions o;
     if (salted) o.sequence_salt[0] = 0x5eed;
     const TensorMap m = generate_inputs(c, o);
@@ -61,6 +63,12 @@ TEST_P(GeneratorBits, SmokeSuiteInputsAsCalibrated) {
 
 TEST_P(GeneratorBits, SmokeSuiteSaltedInputsAsCalibrated) {
   EXPECT_EQ(hex(suite_inputs_hash("smoke", true)), "4b4f9f61ec817054");
+}
+
+// The backward's inputs (gdr's forward inputs, a padding tail, do and dht), pinned on their own.
+TEST_P(GeneratorBits, SmokeSuiteGradInputsAsCalibrated) {
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", false, "gdr_grad")), "9d8b7a0510a98d12");
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", true, "gdr_grad")), "e4e178824c130db2");
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, GeneratorBits, testing::Values(false, true),
