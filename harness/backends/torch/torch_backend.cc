@@ -4,6 +4,7 @@
 #include "harness/backends/torch/torch_backend.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/version.h>
 
 #include <mutex>
@@ -16,6 +17,7 @@
 #include "kernels/torch/gated_delta_rule.h"
 #include "kernels/torch/linear_attention_layer.h"
 #include "ops/gdr/problem.h"
+#include "ops/gdr_grad/params.h"
 #include "ops/layer/params.h"
 
 namespace deltacheck::harness {
@@ -142,6 +144,44 @@ Status gdr_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::De
   return Status::Ok();
 }
 
+// ---- gdr_grad: LibTorch autograd of the chunked forward --------------------------------------
+
+// The forward is recorded when its inputs require gradients; torch::autograd::grad with do (and
+// dht) gives the gradients. Padding-tail tokens are cut off before the forward (the ATen forward
+// needs cu_seqlens[-1] == T), so autograd hands them zero gradients.
+Status gdr_grad_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::Device& device) {
+  const ops::gdr_grad::Params p = ops::gdr_grad::decode(c);
+  auto leaf = [&](const char* name) {
+    return to_aten(in.at(name), device).clone().requires_grad_();
+  };
+  std::vector<at::Tensor> leaves{leaf("q"), leaf("k"), leaf("v"), leaf("g"), leaf("beta")};
+  std::optional<at::Tensor> h0;
+  if (in.find("initial_state")) leaves.push_back(*(h0 = leaf("initial_state")));
+  const int64_t tokens = p.rule.layout.has_cu_seqlens() ? p.tokens() : p.rule.T;
+  auto sequences = [&](const at::Tensor& x) { return x.narrow(1, 0, tokens); };
+  const auto r = kernels::torch::chunked_gated_delta_rule(
+      sequences(leaves[0]), sequences(leaves[1]), sequences(leaves[2]), sequences(leaves[3]),
+      sequences(leaves[4]), optional_input(in, "cu_seqlens", device), h0, /*scale=*/0.0, p.rule.l2,
+      /*chunk_size=*/64, /*output_final_state=*/p.dht);
+  // Outputs autograd recorded (a pack of zero-length sequences records no o).
+  std::vector<at::Tensor> outputs, grad_outputs;
+  auto differentiate = [&](const at::Tensor& o, const at::Tensor& d) {
+    if (o.requires_grad()) outputs.push_back(o), grad_outputs.push_back(d);
+  };
+  differentiate(r.output, sequences(to_aten(in.at("do"), device)));
+  if (p.dht) differentiate(r.final_state, to_aten(in.at("dht"), device));
+  std::vector<at::Tensor> grads(leaves.size());
+  if (!outputs.empty())
+    grads = ::torch::autograd::grad(outputs, leaves, grad_outputs, /*retain_graph=*/false,
+                                    /*create_graph=*/false, /*allow_unused=*/true);
+  const char* names[] = {"dq", "dk", "dv", "dg", "dbeta", "dh0"};
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const at::Tensor gi = grads[i].defined() ? grads[i] : at::zeros_like(leaves[i]);
+    if (Status st = copy_output(gi, out.at(names[i]), names[i]); !st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
 // ---- mask, layers, segments: the LibTorch mask builder (torch_mask_adapter.h) ----------------
 
 Support mask_supports(const Case& c) {
@@ -188,11 +228,12 @@ Status layer_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::
 }
 
 constexpr TorchOp kTorchOps[] = {
-    {"gdr", gdr_supports, gdr_run},         // kernels/torch/gated_delta_rule
-    {"layer", layer_supports, layer_run},   // kernels/torch/linear_attention_layer
-    {"mask", mask_supports, mask_run},      // kernels/torch/mask_builder
-    {"layers", mask_supports, mask_run},    // per layer type
-    {"segments", mask_supports, mask_run},  // sequence boundaries
+    {"gdr", gdr_supports, gdr_run},            // kernels/torch/gated_delta_rule
+    {"gdr_grad", gdr_supports, gdr_grad_run},  // autograd of kernels/torch/gated_delta_rule
+    {"layer", layer_supports, layer_run},      // kernels/torch/linear_attention_layer
+    {"mask", mask_supports, mask_run},         // kernels/torch/mask_builder
+    {"layers", mask_supports, mask_run},       // per layer type
+    {"segments", mask_supports, mask_run},     // sequence boundaries
 };
 
 const TorchOp* find_op(const std::string& op) {
@@ -222,7 +263,9 @@ class TorchBackend : public Backend {
 
   // The ATen layer's result for a sequence changes in its last bits with what else is packed
   // with it (batched reductions), so its probes compare within tolerance.
-  bool batch_invariant(const Case& c) const override { return c.op() != "layer"; }
+  bool batch_invariant(const Case& c) const override {
+    return c.op() != "layer" && c.op() != "gdr_grad";  // autograd: not promised
+  }
 
   Status run(const Case& c, const TensorMap& in, TensorMap& out) override {
     const TorchOp* op = find_op(c.op());

@@ -35,11 +35,11 @@ TEST(TorchBackend, IsListedWithTorchOp) {
   EXPECT_EQ(torch_op, 1);
 }
 
-// Every gate case of an op the backend has a kernel for (every cache mode of gdr, the mask ops)
-// passes; other ops are unsupported, with the reason.
+// Every gate case of an op the backend has a kernel for (every cache mode of gdr, the backward
+// through autograd, the mask ops) passes; other ops are unsupported, with the reason.
 TEST(TorchBackend, PassesTheGateSuiteOnCpu) {
   auto backend = torch_backend("cpu");
-  const std::set<std::string> ops{"gdr", "layer", "mask", "layers", "segments"};
+  const std::set<std::string> ops{"gdr", "gdr_grad", "layer", "mask", "layers", "segments"};
   int passed = 0;
   for (const Case& c : cases::suite("gate")) {
     const Support s = backend->supports(c);
@@ -48,9 +48,9 @@ TEST(TorchBackend, PassesTheGateSuiteOnCpu) {
       continue;
     }
     ASSERT_TRUE(s.ok) << c.id() << ": " << s.reason;
-    // Layer cases with the probes: the backend is not batch-invariant there, so they judge within
-    // tolerance.
-    const CaseResult r = run_case(prepare(c), *backend, c.op() == "layer");
+    // Layer and backward cases with the probes: the backend is not batch-invariant there, so they
+    // judge within tolerance.
+    const CaseResult r = run_case(prepare(c), *backend, c.op() == "layer" || c.op() == "gdr_grad");
     EXPECT_EQ(r.verdict, Verdict::kPass) << c.id() << ": " << r.message;
     EXPECT_LT(r.margin, 1.0) << c.id();
     passed += r.verdict == Verdict::kPass;
