@@ -15,13 +15,17 @@ Where (`--device`): `cuda` on a GPU (run deltacheck with `--matmul-precision tf3
 {out} and `--describe` record the function, its file, the versions, the device and what is
 emulated, as fla_gdr.py does.
 
-vLLM on a machine without a GPU (facts found by trying, docs/peers.md): vllm.triton_utils
-replaces `triton` by a placeholder whose `@triton.jit` returns the plain Python function unless
-Triton reports exactly one active GPU driver; vLLM's own exception to that check is an empty
-CUDA_VISIBLE_DEVICES ("a distributed environment where the devices are not visible yet"), so
-under the interpreter the adapter sets CUDA_VISIBLE_DEVICES="" before vLLM is imported, and
-checks that vLLM then says HAS_TRITON (else it declines: the kernels would not be Triton kernels).
-Nothing of vLLM is replaced or stubbed.
+vLLM on a machine without a GPU (facts found by trying, docs/peers.md). Under the interpreter the
+adapter sets two environment variables before vLLM is imported; nothing of vLLM is replaced:
+  CUDA_VISIBLE_DEVICES=""  vllm.triton_utils replaces `triton` by a placeholder whose
+      `@triton.jit` returns the plain Python function unless Triton reports exactly one active
+      GPU driver; its own exception is an empty device list ("a distributed environment where the
+      devices are not visible yet"). The adapter checks that vLLM then says HAS_TRITON (else it
+      declines: the kernels would not be Triton kernels).
+  VLLM_TARGET_DEVICE=cpu   vLLM's CPU platform ("an explicit CPU target is authoritative", for
+      CPU-only jobs that reuse an accelerator wheel). Without it the platform is "unspecified",
+      which claims pinned memory, and the chunked kernel's prepare_chunk_indices (a pinned
+      host-to-device copy) fails with "Found no NVIDIA driver".
 
 How vLLM calls them (vllm/model_executor/layers/mamba/gdn/olmo_gdn_linear_attn.py, 0.33.0, whose
 _forward_core passes q/k/v/g/beta as they are; the Qwen3-Next layer calls the same chunk kernel
@@ -95,6 +99,7 @@ def resolve(which, device="auto"):
         # vLLM disables Triton without exactly one active GPU driver, except where the visible
         # device list is empty (vllm/triton_utils/importing.py): that is the CPU machine's case.
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        os.environ["VLLM_TARGET_DEVICE"] = "cpu"  # vLLM's CPU platform: no pinned memory
         try:
             helped = triton_cpu.enable()
         except Exception as e:
