@@ -22,7 +22,7 @@
 # Cost (measured on the 2-core CI machine, cold cache, PyPI): 3.05 GB downloaded (torch 2.15.0
 # pulls 2.5 GB of CUDA libraries as nvidia-* wheels: PyPI has no CPU-only Linux torch), 5.6 GB
 # installed, 2-5 min depending on load. Warm cache: under a second. The vllm group adds one
-# 336 MB wheel (1.7 GB installed) and six small packages: it is installed with --no-deps, since
+# 336 MB wheel (0.9 GB installed) and three small packages (psutil, pyzmq, urllib3): it is installed with --no-deps, since
 # vLLM's own requirements would replace the pinned torch (vllm 0.33.0 wants torch==2.14.0) and
 # transformers (<5.21) and pull ~80 serving packages its gated-delta kernels do not import.
 set -uo pipefail
