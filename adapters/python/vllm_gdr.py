@@ -57,8 +57,16 @@ kernel, which a case's g and beta cannot be fed to exactly) and the conversions:
     use_qk_l2norm_in_kernel = the case's l2. cache=none passes zeros (vLLM zeroes the rows of
     requests without an initial state). Declines spec (it writes no per-token state; vLLM runs
     speculative decoding through the recurrent kernel).
+  accept (ops/gdr/serving.h; lands with the ckpt branch): the case's state_indices [N, T] and
+    num_accepted_tokens [N] are vLLM's arguments already (count includes the bonus token); they
+    pass through (rows + 1) and the pool is updated in place. chunk declines it; both decline
+    cache=ckpt (vLLM's block checkpoints come from FlashInfer's chunked prefill, not these).
   vLLM's own input checks (assertions: the chunked kernel refuses fp32 activations) decline the
   case with vLLM's message: the implementation does not accept that input.
+  --wrong accepted-without-bonus (a deliberate adapter bug, pinned as a finding so that the
+    peer suite shows the accepted-count mapping can fail): num_accepted_tokens passed as the
+    count of accepted drafts without the bonus token (at least 1), so every sequence whose
+    previous step accepted a draft resumes from the state one token too early.
   Both allocate their outputs with torch.empty: NaN-filled while they run, so an output element
   never written fails the case (padding entries' o are don't-care for deltacheck).
 """
@@ -75,7 +83,7 @@ FUNCTIONS = {"fused-recurrent": "fused_recurrent_gated_delta_rule",
              "chunk": "chunk_gated_delta_rule"}
 
 
-def resolve(which, device="auto"):
+def resolve(which, device="auto", wrong=None):
     """(function, facts) or (None, reason); under the interpreter, set up before vLLM is
     imported."""
     import importlib
@@ -121,7 +129,9 @@ def resolve(which, device="auto"):
                       "placeholder, so its kernels are not Triton kernels here")
     fn = inspect.unwrap(getattr(module, FUNCTIONS[which]))
     facts = {"implementation": f"{fn.__module__}.{fn.__qualname__} "
-                               f"({inspect.getsourcefile(fn)})",
+                               f"({inspect.getsourcefile(fn)})"
+                               + (f", with the adapter's deliberate bug --wrong {wrong}"
+                                  if wrong else ""),
              "versions": versions, **where}
     return fn, facts
 
@@ -210,7 +220,12 @@ def token_columns(case, first, fresh):
     return cols, accepted
 
 
-def run_fused_recurrent(case, fn, dev):
+def without_bonus(accepted):
+    """--wrong accepted-without-bonus: the accepted drafts, not counting the bonus token."""
+    return [max(int(a) - 1, 1) for a in accepted]
+
+
+def run_fused_recurrent(case, fn, dev, wrong=None):
     import torch
     (q, k, v, g, beta), cu = packed(case, torch, dev)
     lens = lengths(case)
@@ -221,6 +236,8 @@ def run_fused_recurrent(case, fn, dev):
     accepted = None
     if multi:  # as vLLM's speculative decode; one token per sequence: as its decode
         cols, accepted = token_columns(case, first, 1 + pool.case_rows)
+        if wrong == "accepted-without-bonus":
+            accepted = without_bonus(accepted)
         indices = torch.tensor(cols, dtype=torch.int32)
         accepted = torch.tensor(accepted, dtype=torch.int32).to(dev)
     else:
@@ -243,7 +260,30 @@ def run_fused_recurrent(case, fn, dev):
     return out
 
 
-def run_chunk(case, fn, dev):
+def run_accept(case, fn, dev, wrong=None):
+    """cache=accept (ops/gdr/serving.h, from the ckpt branch): the case is vLLM's speculative
+    verify call itself: state_indices [N, T] and num_accepted_tokens [N] pass through as
+    ssm_state_indices and num_accepted_tokens (rows shifted by one for the null row 0), and the
+    kernel updates the pool in place."""
+    import torch
+    (q, k, v, g, beta), cu = packed(case, torch, dev)
+    pool = Pool(case, torch)
+    rows = pool.rows.to(dev)
+    table = torch.from_numpy(case.inputs["state_indices"].astype("int64"))
+    indices = torch.where(table >= 0, table + 1, 0).to(torch.int32)
+    accepted = case.inputs["num_accepted_tokens"].tolist()
+    if wrong == "accepted-without-bonus":
+        accepted = without_bonus(accepted)
+    accepted = torch.tensor(accepted, dtype=torch.int32)
+    o, _ = fn(q=q, k=k, v=v, g=g, beta=beta, scale=None, initial_state=rows,
+              inplace_final_state=True, cu_seqlens=cu, ssm_state_indices=indices.to(dev),
+              num_accepted_tokens=accepted.to(dev),
+              use_qk_l2norm_in_kernel=case.param("l2", "1") == "1")
+    pool.rows = rows.cpu()
+    return {"o": o.reshape(case.inputs["v"].shape), "state_pool": pool.case_states()}
+
+
+def run_chunk(case, fn, dev, wrong=None):
     import torch
     (q, k, v, g, beta), cu = packed(case, torch, dev)
     pool = Pool(case, torch)
@@ -269,11 +309,13 @@ def main():
     ap.add_argument("--device", choices=("auto", "cuda", "interpreter"), default="auto",
                     help="cuda, or interpreter (CPU tensors under Triton's interpreter, "
                          "triton_cpu.py); auto: cuda when torch sees a GPU")
+    ap.add_argument("--wrong", choices=("accepted-without-bonus",),
+                    help="a deliberate adapter bug (spec, accept): deltacheck must flag it")
     ap.add_argument("--describe", action="store_true",
                     help="print what would run, as JSON, and exit")
     args = ap.parse_args()
     if args.describe:
-        fn, facts = resolve(args.fn, args.device)
+        fn, facts = resolve(args.fn, args.device, args.wrong)
         return dc.describe(facts if fn else {"unavailable": facts})
     return dc.main(lambda inp, out: answer(args, inp, out), args.inp, args.out, ap)
 
@@ -283,11 +325,16 @@ def answer(args, inp, out_path):
     if case.op != "gdr":
         dc.decline(out_path, f"vllm_gdr.py implements the op gdr only, not {case.op}")
         return
-    if args.fn == "chunk" and case.param("cache") == "spec":
-        dc.decline(out_path, "cache=spec: vLLM's chunk_gated_delta_rule writes no per-token "
+    cache = case.param("cache")
+    if args.fn == "chunk" and cache in ("spec", "accept"):
+        dc.decline(out_path, f"cache={cache}: vLLM's chunk_gated_delta_rule writes no per-token "
                              "states (vLLM verifies drafts with the recurrent kernel)")
         return
-    fn, facts = resolve(args.fn, args.device)  # imported once per process
+    if cache not in ("none", "prefill", "decode", "chunked", "dynamic", "pool", "spec", "accept"):
+        dc.decline(out_path, f"cache={cache}: no such call in vLLM's use of these kernels (its "
+                             "block checkpoints come from FlashInfer's chunked prefill)")
+        return
+    fn, facts = resolve(args.fn, args.device, args.wrong)  # imported once per process
     if fn is None:
         dc.decline(out_path, facts)
         return
@@ -296,10 +343,11 @@ def answer(args, inp, out_path):
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True  # NaN-filled torch.empty
     dev = torch.device("cuda" if facts["device"] == "cuda" else "cpu")
-    run = run_chunk if args.fn == "chunk" else run_fused_recurrent
+    run = (run_chunk if args.fn == "chunk" else
+           run_accept if cache == "accept" else run_fused_recurrent)
     try:
         with torch.no_grad():
-            values = run(case, fn, dev)
+            values = run(case, fn, dev, args.wrong)
     except AssertionError as e:  # vLLM's own input checks
         dc.decline(out_path, f"vLLM's {FUNCTIONS[args.fn]} refuses this input: {e}", facts)
         return
