@@ -70,13 +70,12 @@ kernel, which a case's g and beta cannot be fed to exactly) and the conversions:
   Both allocate their outputs with torch.empty: NaN-filled while they run, so an output element
   never written fails the case (padding entries' o are don't-care for deltacheck).
 """
-import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dc_protocol as dc  # noqa: E402
-from fla_gdr import tensor  # noqa: E402
+from fla_gdr import kernel_device, tensor  # noqa: E402
 
 MODULE = "vllm.third_party.flash_linear_attention.ops"
 FUNCTIONS = {"fused-recurrent": "fused_recurrent_gated_delta_rule",
@@ -97,25 +96,13 @@ def resolve(which, device="auto", wrong=None):
     for dist in ("vllm", "triton"):
         if dc.package_version(dist):
             versions[dist] = dc.package_version(dist)
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "interpreter"
-    if device == "cuda" and not torch.cuda.is_available():
-        return None, (f"no GPU: vLLM's {FUNCTIONS[which]} is a Triton kernel, --device cuda, and "
-                      f"torch.cuda.is_available() is False (torch {torch.__version__})")
-    if device == "interpreter":
-        import triton_cpu
-        # vLLM disables Triton without exactly one active GPU driver, except where the visible
-        # device list is empty (vllm/triton_utils/importing.py): that is the CPU machine's case.
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""
-        os.environ["VLLM_TARGET_DEVICE"] = "cpu"  # vLLM's CPU platform: no pinned memory
-        try:
-            helped = triton_cpu.enable()
-        except Exception as e:
-            return None, f"Triton's interpreter could not be set up: {type(e).__name__}: {e}"
-        where = {"device": "interpreter", "emulation": helped["emulation"],
-                 "matmul_precision": "fp32"}
-    else:
-        where = {"device": "cuda", "gpu": torch.cuda.get_device_name(), "matmul_precision": "tf32"}
+    # Under the interpreter: vLLM disables Triton without exactly one active GPU driver, except
+    # where the visible device list is empty (vllm/triton_utils/importing.py); its CPU platform
+    # claims no pinned memory (the chunked kernel's prepare_chunk_indices needs that).
+    where, problem = kernel_device(torch, device, f"vLLM's {FUNCTIONS[which]}",
+                                   {"CUDA_VISIBLE_DEVICES": "", "VLLM_TARGET_DEVICE": "cpu"})
+    if where is None:
+        return None, problem
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -301,9 +288,7 @@ def run_chunk(case, fn, dev, wrong=None):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("inp", nargs="?", help="{in}: the case (HDF5)")
-    ap.add_argument("out", nargs="?", help="{out}: the outputs to write (HDF5)")
+    ap = dc.parser(__doc__)
     ap.add_argument("--fn", choices=sorted(FUNCTIONS), default="fused-recurrent",
                     help="which of vLLM's kernels runs")
     ap.add_argument("--device", choices=("auto", "cuda", "interpreter"), default="auto",
@@ -311,13 +296,7 @@ def main():
                          "triton_cpu.py); auto: cuda when torch sees a GPU")
     ap.add_argument("--wrong", choices=("accepted-without-bonus",),
                     help="a deliberate adapter bug (spec, accept): deltacheck must flag it")
-    ap.add_argument("--describe", action="store_true",
-                    help="print what would run, as JSON, and exit")
-    args = ap.parse_args()
-    if args.describe:
-        fn, facts = resolve(args.fn, args.device, args.wrong)
-        return dc.describe(facts if fn else {"unavailable": facts})
-    return dc.main(lambda inp, out: answer(args, inp, out), args.inp, args.out, ap)
+    return dc.adapter_main(ap, lambda a: resolve(a.fn, a.device, a.wrong), answer)
 
 
 def answer(args, inp, out_path):
@@ -353,11 +332,7 @@ def answer(args, inp, out_path):
         return
     if dev.type == "cuda":
         torch.cuda.synchronize()
-    out = {name: t.detach().double().cpu().numpy() for name, t in values.items()}
-    missing = [name for name in case.outputs if name not in out]
-    if missing:
-        dc.fail(f"{facts['implementation']} returned no {', '.join(missing)}")
-    dc.write_outputs(out_path, case, out, facts)
+    dc.write_tensors(out_path, case, values, facts)
 
 
 if __name__ == "__main__":
