@@ -440,8 +440,9 @@ TEST(ProcessTree, ACandidateRunningDeltacheckLeavesNoLevelAlive) {
       "/deltacheck run --backend external --cmd \"setsid sh -c 'echo \\$\\$ > " + (dir / "inner") +
       "; exec sleep 300' & sleep 300; : ${L}in} ${L}out}\"" + kSmallCase +
       " >/dev/null 2>&1; : {in} {out}";
+  // The timeout leaves the inner run time to start its daemon on a loaded machine (3 s did not).
   const auto r =
-      run_cli("run --backend external --timeout 3 --cmd " + sh_quote(inner) + kSmallCase, dir);
+      run_cli("run --backend external --timeout 12 --cmd " + sh_quote(inner) + kSmallCase, dir);
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   const pid_t daemon = read_pid(dir / "inner");
   ASSERT_GT(daemon, 0);
