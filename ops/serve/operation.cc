@@ -295,9 +295,17 @@ class ServeOperation : public Operation {
     if (seq < 0 || seq >= p.requests) return "";
     const Request& q = sc.requests[seq];
     std::string hit;
-    if (q.hit_request >= 0)
-      hit = fmt::format("; it resumed from request {}'s checkpoint at block {} (token {})",
-                        q.hit_request, q.hit_tokens / p.block, q.hit_tokens);
+    if (q.hit_request >= 0) {
+      const int64_t block = q.hit_tokens / p.block;
+      hit = fmt::format("; it resumed from request {}'s checkpoint at block {} (token {}",
+                        q.hit_request, block, q.hit_tokens);
+      for (const ScenarioCall& call : sc.calls)
+        for (const DrivenRow& row : call.info.rows)
+          for (const auto& [b, j] : row.checkpoints)
+            if (row.request == q.hit_request && b == block)
+              hit += fmt::format(", taken in call {}, a {}", call.info.index, call.info.kind);
+      hit += ")";
+    }
     // The call that fed the token (for a per-request output: the request's last call).
     const ScenarioCall* at = nullptr;
     const ScenarioCall* before = nullptr;  // the request's call before `at`
