@@ -7,6 +7,7 @@
 #include "ops/gdr_grad/params.h"
 #include "ops/layer/params.h"
 #include "ops/mask/params.h"
+#include "ops/serve/params.h"
 
 namespace deltacheck::ops {
 
@@ -18,6 +19,7 @@ const std::vector<RegisteredOp>& registry() {
       {mask::mask_definition(), &mask::operation()},
       {mask::layers_definition(), &mask::operation()},
       {mask::segments_definition(), &mask::operation()},
+      {serve::definition(), &serve::operation()},
   };
   return ops;
 }

@@ -29,11 +29,12 @@ uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
 }
 
 // Names, dtypes, shapes and bytes of every input of every case of a suite, in order: of operation
-// `op` only, or (op empty) of every operation pinned before gdr_grad joined the suites.
+// `op` only (`serve`, `gdr_grad`: added after the calibration, pinned on their own), or (op
+// empty) of every other case.
 uint64_t suite_inputs_hash(const std::string& suite_name, bool salted, const std::string& op = "") {
   uint64_t h = 0xcbf29ce484222325ull;
   for (const Case& c : suite(suite_name)) {
-    if (op.empty() ? c.op() == "gdr_grad" : c.op() != op) continue;
+    if (op.empty() ? c.op() == "serve" || c.op() == "gdr_grad" : c.op() != op) continue;
     GenOptions o;
     if (salted) o.sequence_salt[0] = 0x5eed;
     const TensorMap m = generate_inputs(c, o);
@@ -63,6 +64,10 @@ TEST_P(GeneratorBits, SmokeSuiteInputsAsCalibrated) {
 
 TEST_P(GeneratorBits, SmokeSuiteSaltedInputsAsCalibrated) {
   EXPECT_EQ(hex(suite_inputs_hash("smoke", true)), "4b4f9f61ec817054");
+}
+
+TEST_P(GeneratorBits, SmokeServingScenarioInputsAsPinned) {
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", false, "serve")), "b70eef8047ffd95b");
 }
 
 // The backward's inputs (gdr's forward inputs, a padding tail, do and dht), pinned on their own.
