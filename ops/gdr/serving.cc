@@ -176,6 +176,7 @@ Values evaluate_ckpt(const cases::Case& c, const cases::TensorMap& in, const Eva
   if (const Tensor* s0 = in.find("initial_state"))
     for (int64_t s = 0; s < d.N; ++s)
       for (int64_t j = 0; j < per; ++j) state[s][j] = s0->get(s * per + j);
+  const cases::TensorMap tokens = prefill_inputs(in);
   for (int64_t b = 0; b < ckpt_max_blocks(d); ++b) {
     std::vector<Piece> pieces;
     std::vector<std::vector<double>> initial;
@@ -186,7 +187,7 @@ Values evaluate_ckpt(const cases::Case& c, const cases::TensorMap& in, const Eva
       initial.push_back(state[s]);
     }
     if (pieces.empty()) continue;
-    const Values r = run_pieces(c, in, pieces, initial, eval);
+    const Values r = run_pieces(c, tokens, pieces, initial, eval);
     scatter_o(d, pieces, r.at("o"), out["o"], [](const Params&, const Piece&) { return true; });
     for (size_t i = 0; i < pieces.size(); ++i) {
       const int64_t s = pieces[i].seq;
@@ -216,7 +217,7 @@ Values evaluate_accept(const cases::Case& c, const cases::TensorMap& in, const E
       initial.emplace_back(pool.begin() + from * per, pool.begin() + (from + 1) * per);
     }
   }
-  const Values r = run_pieces(c, in, pieces, initial, eval);
+  const Values r = run_pieces(c, prefill_inputs(in), pieces, initial, eval);
   scatter_o(d, pieces, r.at("o"), out["o"],
             [](const Params& p, const Piece& x) { return x.length == p.T; });
   for (size_t i = 0; i < pieces.size(); ++i) {

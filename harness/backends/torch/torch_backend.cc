@@ -144,7 +144,7 @@ Status gdr_run_accept(const Case& c, const TensorMap& in, TensorMap& out,
                       const c10::Device& device) {
   GdrTensors t = gdr_tensors(c, in, device);
   at::Tensor pool = to_aten(in.at("state_pool"), device).clone();
-  const at::Tensor idx = to_aten(in.at("state_indices"), device).to(at::kLong);         // [N, T]
+  const at::Tensor idx = to_aten(in.at("state_indices"), device).to(at::kLong);        // [N, T]
   const at::Tensor acc = to_aten(in.at("num_accepted_tokens"), device).to(at::kLong);  // [N]
   t.initial_state = pool.index_select(0, idx.gather(1, (acc - 1).unsqueeze(1)).squeeze(1));
   const GdrTensors all = t;
@@ -174,9 +174,8 @@ Status gdr_run_ckpt(const Case& c, const TensorMap& in, TensorMap& out, const c1
     return x.reshape(shape);
   };
   at::Tensor pool = to_aten(in.at("state_pool"), device).clone();
-  at::Tensor states = all.initial_state
-                          ? all.initial_state->clone()
-                          : at::zeros({d.N, d.HV, d.K, d.V}, pool.options());
+  at::Tensor states = all.initial_state ? all.initial_state->clone()
+                                        : at::zeros({d.N, d.HV, d.K, d.V}, pool.options());
   at::Tensor o = at::zeros_like(flat(all.v));
   const cases::Tensor& slots = in.at("block_slots");
   const int64_t cols = slots.shape()[1], bs = ops::gdr::ckpt_block_size(d);

@@ -57,8 +57,8 @@ TEST(CudaBackend, KernelCoverageFromTheCase) {
     EXPECT_TRUE(s.ok) << c.id() << ": " << s.reason;
   }
   // The serving contracts have no CUDA kernel: unsupported, naming the mode.
-  for (const char* id : {"gdr(layout=single[100],cache=ckpt,calls=48)",
-                         "gdr(layout=batch[4x3],cache=accept)"}) {
+  for (const char* id :
+       {"gdr(layout=single[100],cache=ckpt,calls=48)", "gdr(layout=batch[4x3],cache=accept)"}) {
     const Support s = cuda_kernels_support(Case::parse(id));
     EXPECT_FALSE(s.ok) << id;
     EXPECT_NE(s.reason.find(Case::parse(id).get("cache")), std::string::npos) << s.reason;
