@@ -145,8 +145,7 @@ class WrongServing : public WrongCacheBackend {
       return run_cpu_gdr_case(c, wrong, out);
     }
     // Late: block b's row holds the state one block further on (the kernel's slot table shifted
-    // by one block; the first block's row is never written and keeps its old contents). Early:
-    // the blocks are cut one token short, so each checkpoint misses its block's last token.
+    // by one block; the last block's row is never written and keeps its old contents).
     cases::Tensor& slots = wrong.at("block_slots");
     const int64_t cols = slots.shape()[1];
     int32_t* t = slots.as<int32_t>();
