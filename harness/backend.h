@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,8 +13,13 @@
 #include "cases/tensor.h"
 #include "core/status.h"
 #include "harness/tolerance.h"
+#include "ops/operation.h"
 
 namespace deltacheck::harness {
+
+// What a backend may remember across the calls of one driven case (a scenario): created empty
+// for each run of the case, so that backends stay free of state between cases and threads.
+using DriveMemory = std::map<std::string, std::vector<float>>;
 
 struct Support {
   bool ok = true;
@@ -46,6 +52,13 @@ class Backend {
   // Writes every tensor of `outputs` (shapes and dtypes fixed by the operation).
   virtual Status run(const cases::Case& c, const cases::TensorMap& inputs,
                      cases::TensorMap& outputs) = 0;
+  // One call of a driven case (a serving scenario, ops/serve): `call` says which requests its
+  // rows are and what the runtime decided around them. Kernels ignore it (the default runs the
+  // call's case); the deliberately wrong runtimes (wrong:serve-*) act on it.
+  virtual Status run_driven(const ops::DrivenCall& call, DriveMemory& memory, const cases::Case& c,
+                            const cases::TensorMap& inputs, cases::TensorMap& outputs) {
+    return run(c, inputs, outputs);
+  }
 };
 
 struct BackendInfo {

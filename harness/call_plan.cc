@@ -34,9 +34,19 @@ std::vector<int64_t> cuts_of(const cases::Case& c, int64_t seq, int64_t len, int
 
 }  // namespace
 
+Support backend_supports(const Backend& backend, const cases::Case& c) {
+  const Operation& op = operation_for(c);
+  if (op.call_mode(c).kind != CallMode::Kind::kDriven) return backend.supports(c);
+  for (const auto& [kind, call] : op.driven_calls(c))
+    if (const Support s = backend.supports(call); !s.ok)
+      return Support::No("the scenario's " + kind + " calls (" + call.get("cache") +
+                         "): " + s.reason);
+  return Support::Yes();
+}
+
 std::vector<Call> call_plan(const cases::Case& c) {
   const CallMode mode = operation_for(c).call_mode(c);
-  if (mode.kind == CallMode::Kind::kOne) return {};
+  if (mode.kind == CallMode::Kind::kOne || mode.kind == CallMode::Kind::kDriven) return {};
   const cases::Layout& L = c.layout();
   const int64_t n = L.num_seqs(), calls = mode.count;
   std::vector<Call> plan;
@@ -70,8 +80,36 @@ std::vector<Call> call_plan(const cases::Case& c) {
   return plan;
 }
 
+namespace {
+
+// A driven case: the operation makes the calls; each call's outputs are allocated poisoned and
+// must come back complete and inside their bounds.
+Status drive(Backend& backend, const cases::Case& c, const cases::TensorMap& inputs,
+             cases::TensorMap& outputs) {
+  DriveMemory memory;
+  const ops::RunCall run = [&](const ops::DrivenCall& call, const cases::Case& cc,
+                               const cases::TensorMap& in) -> StatusOr<cases::TensorMap> {
+    const std::vector<OutputSpec> specs = operation_for(cc).outputs(cc);
+    cases::TensorMap out = allocate_outputs(specs);
+    if (Status st = backend.run_driven(call, memory, cc, in, out); !st.ok()) return st;
+    for (const OutputSpec& spec : specs) {
+      const cases::Tensor& t = out.at(spec.name);
+      int64_t first = -1;
+      if (t.count_poisoned(&first) > 0 && spec.name != "state_pool")
+        return Status::Internal(spec.name + " element " + std::to_string(first) +
+                                " left unwritten");
+    }
+    return out;
+  };
+  return operation_for(c).drive(c, inputs, outputs, run);
+}
+
+}  // namespace
+
 Status execute(Backend& backend, const cases::Case& c, const cases::TensorMap& inputs,
                cases::TensorMap& outputs) {
+  if (operation_for(c).call_mode(c).kind == CallMode::Kind::kDriven)
+    return drive(backend, c, inputs, outputs);
   const std::vector<Call> plan = call_plan(c);
   if (plan.empty()) return backend.run(c, inputs, outputs);
   const Operation& op = operation_for(c);

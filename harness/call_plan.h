@@ -21,10 +21,17 @@ struct Call {
   std::vector<Piece> pieces;
 };
 
-// The calls of a multi-call case; empty for single-call cases.
+// Whether a backend can run a case: for a driven case (a serving scenario), whether it runs
+// every kind of call the scenario makes (the reason names the first it cannot); otherwise its
+// own answer.
+Support backend_supports(const Backend& backend, const cases::Case& c);
+
+// The calls of a multi-call case; empty for single-call and driven cases.
 std::vector<Call> call_plan(const cases::Case& c);
 
-// Runs a case on a backend: one call, or the call plan with states carried between calls.
+// Runs a case on a backend: one call, the call plan with states carried between calls, or the
+// operation's own calls (driven cases), each call's outputs allocated poisoned and checked
+// complete before the operation reads them.
 Status execute(Backend& backend, const cases::Case& c, const cases::TensorMap& inputs,
                cases::TensorMap& outputs);
 

@@ -29,7 +29,7 @@ struct Run {
 Run run_once(Backend& b, const cases::Case& c, const TensorMap& inputs,
              const std::vector<OutputSpec>& specs) {
   Run r{allocate_outputs(specs), ""};
-  if (const Support s = b.supports(c); !s.ok) {
+  if (const Support s = backend_supports(b, c); !s.ok) {
     r.error = s.reason;
     r.declined = true;
     return r;

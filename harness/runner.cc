@@ -508,6 +508,14 @@ CaseResult decide_verdict(const PreparedCase& pc, const std::vector<Compared>& c
   if (!any_bad) return with_verdict(std::move(r), Verdict::kPass, "");
 
   const Location at = locate_first_wrong(r);
+  const Operation& op = operation_for(pc.c);
+  if (op.call_mode(pc.c).kind == CallMode::Kind::kDriven) {
+    // A scenario's requests are separate runs, not a pack: a wrong one is a fail, named by the
+    // request, call and block the operation finds for its first wrong token.
+    const std::string why = op.explain_failure(pc.c, at.seq, at.token);
+    return with_verdict(std::move(r), Verdict::kFail,
+                        why.empty() ? first_problem : first_problem + " (" + why + ")");
+  }
   r.leak_seq = at.seq;
   r.leak_token = at.token;
   r.leak_max_abs = at.max_abs;
@@ -575,12 +583,12 @@ CaseResult run_case(const PreparedCase& prepared, Backend& backend, bool probes,
   // A backend that declares TF32 matmuls is judged against the TF32 baseline on fp32 cases.
   std::optional<PreparedCase> tf32;
   if (precision != prepared.precision && !operation_for(prepared.c).exact(prepared.c) &&
-      has_fp32_activations(prepared) && backend.supports(prepared.c).ok)
+      has_fp32_activations(prepared) && backend_supports(backend, prepared.c).ok)
     tf32 = with_precision(prepared, precision);
   const PreparedCase& pc = tf32 ? *tf32 : prepared;
   CaseResult r = base_result(pc, backend.name());
   r.precision = matmul_precision_name(precision);
-  const Support s = backend.supports(pc.c);
+  const Support s = backend_supports(backend, pc.c);
   if (!s.ok) return with_verdict(std::move(r), Verdict::kUnsupported, s.reason);
   cases::TensorMap outputs = allocate_outputs(pc.outputs);
   Status st;
@@ -748,7 +756,7 @@ std::vector<CaseResult> run_all(const std::vector<cases::Case>& cs,
     for (size_t i = next++; i < n; i = next++) {
       std::vector<CaseResult> rs;
       bool any_supported = false;
-      for (Backend* b : backends) any_supported = any_supported || b->supports(cs[i]).ok;
+      for (Backend* b : backends) any_supported = any_supported || backend_supports(*b, cs[i]).ok;
       // --max-memory: a case that would not fit is skipped before anything is allocated.
       std::string too_big;
       try {
@@ -772,7 +780,7 @@ std::vector<CaseResult> run_all(const std::vector<cases::Case>& cs,
           r.op = cs[i].op();
           r.backend = b->name();
           r.verdict = Verdict::kUnsupported;
-          r.message = b->supports(cs[i]).reason;
+          r.message = backend_supports(*b, cs[i]).reason;
           rs.push_back(std::move(r));
         }
       } else {

@@ -3,6 +3,7 @@
 // output splits into packed sequences for per-sequence metrics.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "cases/case.h"
 #include "cases/tensor.h"
+#include "core/status.h"
 #include "ops/precision.h"
 
 namespace deltacheck::ops {
@@ -50,12 +52,40 @@ using Values = std::map<std::string, std::vector<double>>;  // output name -> fl
 
 // How a case is driven through a backend: one call, a chunked prefill (each sequence split into
 // `count` calls at seeded points), or a dynamic cache (a prefill, then up to `count` one-token
-// decode steps per sequence). The harness plans the calls (harness/call_plan.h).
+// decode steps per sequence). The harness plans the calls (harness/call_plan.h). Driven: the
+// operation plays a runtime and makes its own sequence of calls (Operation::drive).
 struct CallMode {
-  enum class Kind { kOne, kChunked, kDynamic };
+  enum class Kind { kOne, kChunked, kDynamic, kDriven };
   Kind kind = Kind::kOne;
   int64_t count = 1;
 };
+
+// One row (a request's piece) of one call of a driven case, with what the runtime the operation
+// plays decided around it. Backends may read it (the deliberately wrong runtimes do); the call's
+// case and tensors are all a kernel takes.
+struct DrivenRow {
+  int64_t request = 0;
+  int64_t lane = 0;      // the state slot the request lives in while it runs
+  int64_t position = 0;  // the row's first token in the request's sequence
+  int64_t tokens = 0;
+  bool reset = false;        // the lane was reset to zero for this request before this call
+  int64_t hit_request = -1;  // prefix hit: the row starts from this request's checkpoint
+  int64_t hit_block = -1;    // at this block (the state after hit_block * block tokens)
+  int64_t accepted = -1;     // verify: draft tokens accepted (0 .. k); -1 for a prefill row
+  // Block checkpoints taken from this row: {block, the row's token whose state it is}.
+  std::vector<std::pair<int64_t, int64_t>> checkpoints = {};
+};
+
+struct DrivenCall {
+  int64_t index = 0;  // in the scenario's order
+  std::string kind;   // "prefill" | "verify"
+  std::vector<DrivenRow> rows;
+};
+
+// How a driven operation reaches the backend under test: runs one call (a case of another
+// operation, e.g. gdr, with its tensors) and returns the outputs it wrote, or why it could not.
+using RunCall = std::function<StatusOr<cases::TensorMap>(
+    const DrivenCall& call, const cases::Case& c, const cases::TensorMap& inputs)>;
 
 // One straightforward implementation of an operation in the case's precision, e.g. "chunked
 // fp32, bf16 operands": its outputs on the case's inputs. The tolerance is measured against the
@@ -113,6 +143,24 @@ class Operation {
   }
   // How the case is split into calls (one call unless the op has multi-call cache modes).
   virtual CallMode call_mode(const cases::Case& c) const { return {}; }
+
+  // Driven cases (CallMode::Kind::kDriven): the operation plays the runtime, making each call
+  // through `run` with states taken from the backend's own earlier outputs, and writes `outputs`.
+  virtual Status drive(const cases::Case& c, const cases::TensorMap& inputs,
+                       cases::TensorMap& outputs, const RunCall& run) const {
+    return Status::Internal("operation '" + c.op() + "' is not driven");
+  }
+  // The kinds of call a driven case makes, one case each with what it needs (a backend that
+  // cannot run one of them cannot run the scenario), e.g. {"verify", gdr(...cache=spec...)}.
+  virtual std::vector<std::pair<std::string, cases::Case>> driven_calls(
+      const cases::Case& c) const {
+    return {};
+  }
+  // For a driven case judged wrong from token `token` of sequence `seq` (-1: a per-sequence
+  // output): which request, call and block that is, in words. Empty when the op cannot tell.
+  virtual std::string explain_failure(const cases::Case& c, int64_t seq, int64_t token) const {
+    return "";
+  }
 };
 
 // The operation named by c.op() (ops/registry.cc); throws std::invalid_argument if none.

@@ -6,6 +6,7 @@
 #include "ops/gdr/params.h"
 #include "ops/layer/params.h"
 #include "ops/mask/params.h"
+#include "ops/serve/params.h"
 
 namespace deltacheck::ops {
 
@@ -16,6 +17,7 @@ const std::vector<RegisteredOp>& registry() {
       {mask::mask_definition(), &mask::operation()},
       {mask::layers_definition(), &mask::operation()},
       {mask::segments_definition(), &mask::operation()},
+      {serve::definition(), &serve::operation()},
   };
   return ops;
 }

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The peer suite: implementations nobody here wrote (Transformers' Qwen3-Next gated delta rule and
-# masking utilities, flash-linear-attention's reference functions and kernels) checked through
+# masking utilities, flash-linear-attention's reference functions and kernels, vLLM's copies of
+# those kernels called as its GDN layers call them) checked through
 # `deltacheck run --backend external`, against the findings pinned in
 # adapters/python/expected-findings.json. CI runs it after the core tests.
 #   scripts/peers-check.sh                 (BUILD_DIR=build; reports in reports/peers/<peer>/)
 #   scripts/peers-check.sh --peer transformers-chunk      (any peers_check.py run option)
-#   scripts/peers-check.sh --long          (also the long families: FLA's Triton kernels, minutes)
+#   scripts/peers-check.sh --long          (also the long families: FLA's and vLLM's Triton
+#                                           kernels, minutes)
 # 1. scripts/peers-setup.sh: the pinned venv (cached; a group that cannot be installed is
 #    skipped with a banner, never a failure); with FLA installed, adapters/python/test_triton_cpu.py
 #    (FLA's Triton kernels on CPU under Triton's interpreter, docs/peers.md);

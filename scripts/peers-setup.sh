@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates (or reuses) the virtual environment the peer suite runs in: the pinned versions of
 # adapters/python/peers-requirements.txt from PyPI (torch, numpy, h5py; transformers;
-# flash-linear-attention), for adapters/python/transformers_*.py and fla_gdr.py.
+# flash-linear-attention; vllm), for adapters/python/transformers_*.py, fla_gdr.py and vllm_gdr.py.
 #   scripts/peers-setup.sh [VENV_DIR]
 #   PEERS_REQUIREMENTS=my-pins.txt scripts/peers-setup.sh /tmp/v   (other versions; the pinned
 #                                   findings are for the committed pins only)
@@ -13,7 +13,7 @@
 # is the key); recreated otherwise. Without a writable cache: a folder in ${TMPDIR:-/tmp}, which
 # scripts/peers-check.sh removes when done (status line "cached<TAB>no").
 #
-# Packages are installed in three groups (base, transformers, fla). A group that cannot be
+# Packages are installed in four groups (base, transformers, fla, vllm). A group that cannot be
 # installed (no network, no wheel for this platform, ...) is recorded as failed with pip's
 # reason, a banner says so, and the script still exits 0: the peers needing it are skipped by
 # peers-check.sh, and the core gate does not depend on any of this. A failed group is retried on
@@ -21,11 +21,14 @@
 #
 # Cost (measured on the 2-core CI machine, cold cache, PyPI): 3.05 GB downloaded (torch 2.15.0
 # pulls 2.5 GB of CUDA libraries as nvidia-* wheels: PyPI has no CPU-only Linux torch), 5.6 GB
-# installed, 2-5 min depending on load. Warm cache: under a second.
+# installed, 2-5 min depending on load. Warm cache: under a second. The vllm group adds one
+# 336 MB wheel (0.9 GB installed) and three small packages (psutil, pyzmq, urllib3): it is installed with --no-deps, since
+# vLLM's own requirements would replace the pinned torch (vllm 0.33.0 wants torch==2.14.0) and
+# transformers (<5.21) and pull ~80 serving packages its gated-delta kernels do not import.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 REQ="${PEERS_REQUIREMENTS:-adapters/python/peers-requirements.txt}"  # override: try other pins
-LAYOUT=2  # bump when the groups below change
+LAYOUT=3  # bump when the groups below change
 log() { echo "peers-setup: $*" >&2; }
 banner() {
   local bar
@@ -41,8 +44,17 @@ declare -A PKG_GROUPS=(
   [base]="torch numpy h5py"
   [transformers]="transformers"
   [fla]="flash-linear-attention fla-core einops triton"
+  # vLLM's vendored FLA kernels (vllm/third_party/flash_linear_attention/ops) and the modules they
+  # import (vllm.platforms, vllm.triton_utils, vllm.model_executor, vllm.distributed): found by
+  # importing them on a CPU-only machine until nothing was missing. The rest of vllm's
+  # requirements are not needed for that, and some conflict with the pins (see --no-deps below).
+  [vllm]="vllm psutil pyzmq urllib3 regex tqdm packaging einops"
 )
-ORDER=(base transformers fla)
+# Extra pip options per group.
+declare -A PKG_FLAGS=(
+  [vllm]="--no-deps"
+)
+ORDER=(base transformers fla vllm)
 
 python="${PYTHON:-python3}"
 key="$( (cat "$REQ"; echo "layout $LAYOUT"; "$python" -c 'import sys; print(sys.version)') |
@@ -96,7 +108,7 @@ for g in "${todo[@]}"; do
     t0=$(date +%s)
     # shellcheck disable=SC2086
     if "$venv/bin/pip" install --no-cache-dir --disable-pip-version-check --progress-bar off \
-      -c "$REQ" ${PKG_GROUPS[$g]} >"$out" 2>&1; then
+      -c "$REQ" ${PKG_FLAGS[$g]:-} ${PKG_GROUPS[$g]} >"$out" 2>&1; then
       versions="$("$venv/bin/pip" list --disable-pip-version-check 2>/dev/null |
         awk -v want=" ${PKG_GROUPS[$g]} " 'index(want, " " $1 " ") { printf "%s %s, ", $1, $2 }')"
       detail="${versions%, } ($(($(date +%s) - t0)) s)"

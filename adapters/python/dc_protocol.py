@@ -100,6 +100,41 @@ def write_outputs(path, case, values, facts=None):
                 ds.attrs["dtype"] = dtype
 
 
+def write_tensors(path, case, values, facts):
+    """Writes torch tensors (name -> tensor or None) as the case's outputs, in float64 before the
+    one rounding to each output's dtype; an output the case asks for and `values` lacks is an
+    adapter error naming the implementation."""
+    out = {name: t.detach().double().cpu().numpy() for name, t in values.items()
+           if t is not None}
+    missing = [name for name in case.outputs if name not in out]
+    if missing:
+        fail(f"{facts['implementation']} returned no {', '.join(missing)}")
+    write_outputs(path, case, out, facts)
+
+
+def parser(doc):
+    """An adapter's argument parser: {in} and {out} (absent in serve mode), described by the
+    first line of the module's docstring."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("inp", nargs="?", help="{in}: the case (HDF5)")
+    ap.add_argument("out", nargs="?", help="{out}: the outputs to write (HDF5)")
+    return ap
+
+
+def adapter_main(ap, resolve, answer):
+    """Parses the arguments (the adapter adds --describe's companions first): with --describe,
+    prints resolve(args)'s facts (or why it is unavailable); else answers the case(s) with
+    answer(args, inp, out)."""
+    ap.add_argument("--describe", action="store_true",
+                    help="print what would run, as JSON, and exit")
+    args = ap.parse_args()
+    if args.describe:
+        found, facts = resolve(args)
+        return describe(facts if found else {"unavailable": facts})
+    return main(lambda inp, out: answer(args, inp, out), args.inp, args.out, ap)
+
+
 def decline(path, reason, facts=None):
     """Declines the case: verdict unsupported with `reason`."""
     with h5py.File(path, "w") as f:

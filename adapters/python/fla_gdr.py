@@ -39,7 +39,6 @@ Conventions, and what the adapter converts (docs/semantics.md is the contract):
   Not supported (declined): cache=pool / spec (states addressed through slot indices: none of
   these functions takes slots), ops other than gdr.
 """
-import argparse
 import os
 import sys
 
@@ -53,6 +52,29 @@ FUNCTIONS = {
     "fused-recurrent": ("fla.ops.gated_delta_rule", "fused_recurrent_gated_delta_rule"),
 }
 TRITON = ("chunk", "fused-recurrent")
+
+
+def kernel_device(torch, device, what, environment=None):
+    """Where a Triton kernel runs: ({"device": ..., ...}, None), or (None, why not). `device` is
+    cuda, interpreter or auto (cuda when torch sees a GPU); the interpreter is set up here
+    (triton_cpu.enable, after setting `environment`), before the kernel package is imported."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "interpreter"
+    if device == "cuda" and not torch.cuda.is_available():
+        return None, (f"no GPU: {what} is a Triton kernel, --device cuda, and "
+                      f"torch.cuda.is_available() is False (torch {torch.__version__}, built for "
+                      f"CUDA {torch.version.cuda})")
+    if device == "cuda":
+        return {"device": "cuda", "gpu": torch.cuda.get_device_name(),
+                "matmul_precision": "tf32"}, None
+    import triton_cpu
+    os.environ.update(environment or {})
+    try:
+        helped = triton_cpu.enable()
+    except Exception as e:
+        return None, f"Triton's interpreter could not be set up: {type(e).__name__}: {e}"
+    return {"device": "interpreter", "emulation": helped["emulation"],
+            "matmul_precision": "fp32"}, None
 
 
 def resolve(which, device="auto"):
@@ -71,23 +93,9 @@ def resolve(which, device="auto"):
             versions[dist] = dc.package_version(dist)
     where = {}
     if which in TRITON:
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "interpreter"
-        if device == "cuda" and not torch.cuda.is_available():
-            return None, (f"no GPU: FLA's {FUNCTIONS[which][1]} is a Triton kernel, --device "
-                          f"cuda, and torch.cuda.is_available() is False (torch "
-                          f"{torch.__version__}, built for CUDA {torch.version.cuda})")
-        if device == "interpreter":
-            import triton_cpu
-            try:
-                helped = triton_cpu.enable()
-            except Exception as e:
-                return None, f"Triton's interpreter could not be set up: {type(e).__name__}: {e}"
-            where = {"device": "interpreter", "emulation": helped["emulation"],
-                     "matmul_precision": "fp32"}
-        else:
-            where = {"device": "cuda", "gpu": torch.cuda.get_device_name(),
-                     "matmul_precision": "tf32"}
+        where, problem = kernel_device(torch, device, f"FLA's {FUNCTIONS[which][1]}")
+        if where is None:
+            return None, problem
     module_name, name = FUNCTIONS[which]
     try:
         with warnings.catch_warnings():  # FLA warns on import when Triton has no GPU
@@ -169,21 +177,13 @@ def run_kernel(case, fn, device):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("inp", nargs="?", help="{in}: the case (HDF5)")
-    ap.add_argument("out", nargs="?", help="{out}: the outputs to write (HDF5)")
+    ap = dc.parser(__doc__)
     ap.add_argument("--fn", choices=sorted(FUNCTIONS), default="naive-chunk",
                     help="which FLA function runs (naive-* on CPU; chunk, fused-recurrent: Triton)")
     ap.add_argument("--device", choices=("auto", "cuda", "interpreter"), default="auto",
                     help="where the Triton kernels run: cuda, or interpreter (CPU tensors under "
                          "Triton's interpreter, triton_cpu.py); auto: cuda when torch sees a GPU")
-    ap.add_argument("--describe", action="store_true",
-                    help="print what would run, as JSON, and exit")
-    args = ap.parse_args()
-    if args.describe:
-        fn, facts = resolve(args.fn, args.device)
-        return dc.describe(facts if fn else {"unavailable": facts})
-    return dc.main(lambda inp, out: answer(args, inp, out), args.inp, args.out, ap)
+    return dc.adapter_main(ap, lambda a: resolve(a.fn, a.device), answer)
 
 
 def answer(args, inp, out_path):
@@ -204,12 +204,7 @@ def answer(args, inp, out_path):
     with torch.no_grad():
         values = (run_kernel(case, fn, facts["device"]) if args.fn in TRITON else
                   run_naive(case, fn))
-    out = {name: t.detach().double().cpu().numpy() for name, t in values.items()
-           if t is not None}
-    missing = [name for name in case.outputs if name not in out]
-    if missing:
-        dc.fail(f"{facts['implementation']} returned no {', '.join(missing)}")
-    dc.write_outputs(out_path, case, out, facts)
+    dc.write_tensors(out_path, case, values, facts)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,15 @@ def inline_kernel(out):  # device_call_kernel without the device function
     tl.store(out + tl.arange(0, 1), acc)
 
 
+exp = tl.exp  # a module's own name for a builtin, as vLLM's vendored FLA (ops/op.py) binds it
+
+
+@triton.jit
+def alias_kernel(x, out, N: tl.constexpr):
+    o = tl.arange(0, N)
+    tl.store(out + o, exp(tl.load(x + o)))
+
+
 @triton.autotune(configs=[triton.Config({"BLOCK": 4}), triton.Config({"BLOCK": 8})], key=["n"])
 @triton.jit
 def tuned_kernel(out, n, BLOCK: tl.constexpr):
@@ -145,6 +154,13 @@ def run_loop():
     out = torch.zeros(1, dtype=torch.int64)
     loop_kernel[(1,)](out, 5)
     return int(out[0])  # 2 * (0+1+2+3+4) + (0+1+2) + (0+1) = 24
+
+
+def run_alias():
+    x = torch.linspace(-3, 3, 8)
+    out = torch.zeros(8)
+    alias_kernel[(1,)](x, out, N=8)
+    return float((out - torch.exp(x)).abs().max())
 
 
 # ---- the tests ---------------------------------------------------------------------------------
@@ -200,6 +216,10 @@ class Patches(unittest.TestCase):
         # Four device calls patched nothing more than the same kernel without them.
         self.assertEqual(with_calls, len(calls))
 
+    def test_module_aliases_of_builtins_run(self):
+        self.assertLess(run_alias(), 1e-6)
+        self.assertIs(exp, tl.exp)  # restored after the kernel
+
     def test_autotune_keeps_the_first_config(self):
         out = torch.zeros(8, dtype=torch.int32)
         tuned_kernel[(1,)](out, 8)
@@ -224,6 +244,7 @@ class BareInterpreter(unittest.TestCase):
                              f"{what}: the bare interpreter got it right: {bare[what]}")
         self.assertIn("has no attribute 'to'", str(bare["loop"]))
         self.assertIn("active drivers", str(bare["autotune"]))
+        self.assertIn("forget to add @triton.jit", str(bare["alias"]))
 
 
 def bare_main():
@@ -239,7 +260,7 @@ def bare_main():
         return "ran"
     print(json.dumps({"dot": attempt(run_dot), "arith": attempt(run_arith),
                       "cast": attempt(run_cast), "loop": attempt(run_loop),
-                      "autotune": attempt(tuned)}))
+                      "autotune": attempt(tuned), "alias": attempt(run_alias)}))
     return 0
 
 

@@ -47,7 +47,6 @@ How the model calls it, and so how this adapter calls it:
 Outputs are taken in the dtype the function returns (o in the input dtype, states fp32) and
 written as deltacheck asks (dc_protocol.encode; fp32 -> bf16 rounds to nearest even).
 """
-import argparse
 import importlib
 import inspect
 import os
@@ -207,9 +206,7 @@ def run_gdr(case, fn, takes_cu, gva):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("inp", nargs="?", help="{in}: the case (HDF5)")
-    ap.add_argument("out", nargs="?", help="{out}: the outputs to write (HDF5)")
+    ap = dc.parser(__doc__)
     ap.add_argument("--fn", choices=sorted(FUNCTIONS), default="chunk",
                     help="chunk: torch_chunk_gated_delta_rule | recurrent: "
                          "torch_recurrent_gated_delta_rule")
@@ -218,13 +215,7 @@ def main():
     ap.add_argument("--dispatch", action="store_true",
                     help="call the module attribute (hub-kernel dispatcher included) instead "
                          "of the plain function")
-    ap.add_argument("--describe", action="store_true",
-                    help="print what would run, as JSON, and exit")
-    args = ap.parse_args()
-    if args.describe:
-        resolved, facts = resolve(args.model, args.fn, args.dispatch)
-        return dc.describe(facts if resolved else {"unavailable": facts})
-    return dc.main(lambda inp, out: answer(args, inp, out), args.inp, args.out, ap)
+    return dc.adapter_main(ap, lambda a: resolve(a.model, a.fn, a.dispatch), answer)
 
 
 def answer(args, inp, out_path):
@@ -244,12 +235,7 @@ def answer(args, inp, out_path):
     if isinstance(values, str):
         dc.decline(out_path, values, facts)
         return
-    out = {name: t.detach().double().cpu().numpy() for name, t in values.items()
-           if t is not None}
-    missing = [name for name in case.outputs if name not in out]
-    if missing:
-        dc.fail(f"{facts['implementation']} returned no {', '.join(missing)}")
-    dc.write_outputs(out_path, case, out, facts)
+    dc.write_tensors(out_path, case, values, facts)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,12 @@ interpreter and autotuner modules at run time (triton 3.x, checked with 3.9.0):
              cores do.
   speed      device functions called from a kernel reuse the kernel's patches of
              triton.language instead of patching it again at every call (the same objects).
+  aliases    the interpreter patches the builtins of triton.language, not a module's own name
+             for one: vLLM's vendored FLA binds `exp = tl.exp` in op.py (FLA wraps it in a
+             @triton.jit function) and calls `exp(b_g)` in its kernels, which the bare
+             interpreter answers with "Did you forget to add @triton.jit ?". Names in a kernel's
+             (or device function's) globals that are Triton builtins get the same patch as
+             tl.exp itself while it runs.
 
 What stays different from a GPU (say so with every result: facts["emulation"]): fp32 `tl.dot`
 is exact fp32 here, TF32 on an NVIDIA GPU by default; bf16 elementwise arithmetic rounds once
@@ -82,10 +88,12 @@ def enable():
     _patch_loops(interp)
     _patch_bf16(interp)
     _reuse_language_patches(interp)
+    _patch_aliases(interp)
     _enabled = {"triton": triton.__version__, "interpreter": True,
                 "patches": ["autotune: first config", "loops: int32 tensor loop variables",
                             "bf16: fp32 arithmetic, round to nearest even",
-                            "speed: device functions reuse the kernel's language patches"],
+                            "speed: device functions reuse the kernel's language patches",
+                            "aliases: module-level names for Triton builtins (exp = tl.exp)"],
                 "emulation": EMULATION}
     return _enabled
 
@@ -254,6 +262,43 @@ def _reuse_language_patches(interp):
                 restore()
             scope.restore = restore_and_forget
         active.update(langs)
+        return scope
+
+    interp._patch_lang = _patch_lang
+
+
+class _Namespace:
+    """A function's globals dict as an object, for _LangPatchScope.set_attr (getattr/setattr)."""
+
+    def __init__(self, names):
+        object.__setattr__(self, "_names", names)
+
+    def __getattr__(self, name):
+        try:
+            return self._names[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name, value):
+        self._names[name] = value
+
+    def __delattr__(self, name):
+        del self._names[name]
+
+
+def _patch_aliases(interp):
+    """A kernel's global names bound to Triton builtins (vLLM's `exp = tl.exp`) are patched like
+    the builtins of triton.language while it runs; an alias already patched is no builtin."""
+    import triton.language as tl
+    patch_lang = interp._patch_lang
+
+    def _patch_lang(fn):
+        scope = patch_lang(fn)
+        names = fn.__globals__
+        for name, value in list(names.items()):
+            if tl.core.is_builtin(value):
+                interp._patch_attr(_Namespace(names), name, value, interp.interpreter_builder,
+                                   scope)
         return scope
 
     interp._patch_lang = _patch_lang

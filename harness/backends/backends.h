@@ -14,6 +14,8 @@ std::vector<std::unique_ptr<Backend>> make_wrong_backends();
 std::vector<std::unique_ptr<Backend>> make_right_backends();
 // Deliberately wrong handling of states between calls and in pools (wrong_cache_backends.cc).
 std::vector<std::unique_ptr<Backend>> make_wrong_cache_backends();
+// Deliberately wrong serving runtimes around the cpu kernels (wrong_serve_backends.cc).
+std::vector<std::unique_ptr<Backend>> make_wrong_serve_backends();
 // The cpu backend's layer cases, and the conv that reads across a boundary (cpu_layer.cc).
 Status run_cpu_layer_case(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out);
 std::unique_ptr<Backend> make_wrong_conv_backend();

@@ -194,6 +194,7 @@ std::vector<std::unique_ptr<Backend>> make_wrong_backends() {
   v.push_back(std::make_unique<IgnoreState>());
   for (auto& b : make_wrong_mask_backends()) v.push_back(std::move(b));   // mask builders
   for (auto& b : make_wrong_cache_backends()) v.push_back(std::move(b));  // state between calls
+  for (auto& b : make_wrong_serve_backends()) v.push_back(std::move(b));  // serving runtimes
   return v;
 }
 

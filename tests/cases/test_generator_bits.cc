@@ -28,18 +28,23 @@ uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
   return h;
 }
 
-// The gdr serving contracts' cases (cache=ckpt, accept), pinned on their own: added after the
-// others were calibrated, with seeds of their own, so the others' bits stay as they were.
-bool serving(const Case& c) {
-  return c.op() == "gdr" && (c.get("cache") == "ckpt" || c.get("cache") == "accept");
+// Which cases a hash covers: those calibrated first, the gdr serving contracts' cases
+// (cache=ckpt, accept) or the serving scenarios (op serve). Each later part has seeds of its own
+// and is pinned on its own, so the others' bits stay as they were.
+enum class Part { kCalibrated, kServingModes, kScenarios };
+Part part_of(const Case& c) {
+  if (c.op() == "serve") return Part::kScenarios;
+  if (c.op() == "gdr" && (c.get("cache") == "ckpt" || c.get("cache") == "accept"))
+    return Part::kServingModes;
+  return Part::kCalibrated;
 }
 
-// Names, dtypes, shapes and bytes of every input of every case of a suite (those `serving` says
-// are serving cases, or the others), in order.
-uint64_t suite_inputs_hash(const std::string& suite_name, bool salted, bool serving_cases = false) {
+// Names, dtypes, shapes and bytes of every input of every case of a suite in `part`, in order.
+uint64_t suite_inputs_hash(const std::string& suite_name, bool salted,
+                           Part part = Part::kCalibrated) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (const Case& c : suite(suite_name)) {
-    if (serving(c) != serving_cases) continue;
+    if (part_of(c) != part) continue;
     GenOptions o;
     if (salted) o.sequence_salt[0] = 0x5eed;
     const TensorMap m = generate_inputs(c, o);
@@ -72,8 +77,12 @@ TEST_P(GeneratorBits, SmokeSuiteSaltedInputsAsCalibrated) {
 }
 
 TEST_P(GeneratorBits, SmokeSuiteServingInputsAsCalibrated) {
-  EXPECT_EQ(hex(suite_inputs_hash("smoke", false, true)), "cfa526c52adc740c");
-  EXPECT_EQ(hex(suite_inputs_hash("smoke", true, true)), "e19425d096d91f40");
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kServingModes)), "cfa526c52adc740c");
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", true, Part::kServingModes)), "e19425d096d91f40");
+}
+
+TEST_P(GeneratorBits, SmokeServingScenarioInputsAsPinned) {
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kScenarios)), "b70eef8047ffd95b");
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, GeneratorBits, testing::Values(false, true),

@@ -141,7 +141,7 @@ TEST(OpsRegistry, EachOperationOnce) {
     EXPECT_NE(r.definition.generate, nullptr);
     EXPECT_EQ(&find(r.definition.schema.op), &r);
   }
-  EXPECT_EQ(names, (std::set<std::string>{"gdr", "layer", "mask", "layers", "segments"}));
+  EXPECT_EQ(names, (std::set<std::string>{"gdr", "layer", "mask", "layers", "segments", "serve"}));
   for (const Case& c : cases::suite("smoke"))
     EXPECT_EQ(&operation_for(c), find(c.op()).operation) << c.id();
   EXPECT_THROW(find("nope"), cases::CaseIdError);

@@ -50,6 +50,41 @@ std::string without_times(std::string junit) {
   return std::regex_replace(junit, std::regex(" (time|timestamp)=\"[^\"]*\""), "");
 }
 
+// A serving scenario (ops/serve) is reported like any case: a row per backend in every format,
+// its failure with the request, call and block named, and a failure dump that holds the case.
+TEST(ReportCli, ServingScenariosAreReportedLikeCases) {
+  ScratchDir dir("serve");
+  const std::string out = dir / "report";
+  const std::string id =
+      "serve(requests=6,lanes=3,prompt=40,block=16,spec=3,steps=8,accept=rand,prefix=none,H=1,"
+      "HV=2,K=32,V=32,dtype=fp32,gate=weak,seed=9)";
+  const CommandResult r =
+      run_command(testing::deltacheck() + " run --backend cpu,wrong:serve-no-reset --case '" + id +
+                  "' --report-dir " + out);
+  ASSERT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(testing::validate_junit(out + "/junit.xml").code, 0);
+  const LoadedReport lr = read_report(out);
+  ASSERT_TRUE(lr.status.ok()) << lr.status.message();
+  ASSERT_EQ(lr.report.entries.size(), 2u);
+  for (const Entry& e : lr.report.entries) {
+    EXPECT_EQ(e.result.case_id, id);
+    EXPECT_EQ(e.result.seq_lengths.size(), 6u);
+    if (e.result.backend == "cpu") {
+      EXPECT_EQ(e.result.verdict, harness::Verdict::kPass) << e.result.message;
+      continue;
+    }
+    EXPECT_EQ(e.result.verdict, harness::Verdict::kFail);
+    EXPECT_NE(e.result.message.find("(request "), std::string::npos) << e.result.message;
+    EXPECT_NE(e.result.message.find(", call "), std::string::npos) << e.result.message;
+    ASSERT_FALSE(e.dump.empty());
+    const FailureDump d = read_failure_dump(out + "/" + e.dump);
+    ASSERT_TRUE(d.status.ok()) << d.status.message();
+    EXPECT_EQ(d.fixture->c.id(), id);
+  }
+  for (const char* f : {"junit.xml", "summary.md", "report.html"})
+    EXPECT_NE(testing::read_file(out + "/" + f).find("serve(requests=6"), std::string::npos) << f;
+}
+
 TEST(ReportCli, ReportDirHoldsEveryFormatAndAFailureDumpPerFailingCase) {
   ScratchDir dir("formats");
   const std::string out = dir / "report";

@@ -1,5 +1,6 @@
-// Backend "torch" (the ATen kernels): passes the gate suite (gdr and mask cases) on the CPU, and a
-// CUDA device that is not there is an unsupported verdict with the reason, never a crash or a pass.
+// Backend "torch" (the ATen kernels): passes the gate suite (gdr, layer, mask cases and serving
+// scenarios) on the CPU, and a CUDA device that is not there is an unsupported verdict with the
+// reason, never a crash or a pass.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
@@ -9,6 +10,7 @@
 #include "cases/suites.h"
 #include "harness/backend.h"
 #include "harness/backends/torch/torch_backend.h"
+#include "harness/call_plan.h"
 #include "harness/runner.h"
 
 namespace deltacheck::harness {
@@ -39,10 +41,11 @@ TEST(TorchBackend, IsListedWithTorchOp) {
 // passes; other ops are unsupported, with the reason.
 TEST(TorchBackend, PassesTheGateSuiteOnCpu) {
   auto backend = torch_backend("cpu");
-  const std::set<std::string> ops{"gdr", "layer", "mask", "layers", "segments"};
+  // serve: the serving scenarios, each call a gdr case (docs/scenarios.md).
+  const std::set<std::string> ops{"gdr", "layer", "mask", "layers", "segments", "serve"};
   int passed = 0;
   for (const Case& c : cases::suite("gate")) {
-    const Support s = backend->supports(c);
+    const Support s = backend_supports(*backend, c);
     if (!ops.count(c.op())) {
       EXPECT_FALSE(s.ok) << c.id();
       continue;
