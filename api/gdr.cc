@@ -16,7 +16,7 @@ GdrCall gdr_problem(const Case& c, const TensorMap& inputs, TensorMap& outputs) 
     return call;
   }
   const ops::gdr::Params d = ops::gdr::decode(c);
-  if (d.pooled()) {
+  if (d.pooled() || d.serving()) {
     call.status = Status::Unsupported(
         std::string("cache=") + ops::gdr::name(d.cache) +
         " keeps states in a slot-addressed pool, which a GdrProblem does not carry");
@@ -51,7 +51,7 @@ std::unique_ptr<FunctionBackend> gdr_backend(std::string name, GdrFunction kerne
   auto supports = [name, dtypes = options.dtypes](const Case& c) -> Support {
     if (c.op() != "gdr") return Support::No(name + " runs the gdr op only");
     const ops::gdr::Params d = ops::gdr::decode(c);
-    if (d.pooled())
+    if (d.pooled() || d.serving())
       return Support::No(std::string("cache=") + ops::gdr::name(d.cache) +
                          ": state pools are not part of a GdrProblem");
     for (DType t : dtypes)

@@ -67,6 +67,26 @@ void BM_prefill_cpu(benchmark::State& st) {
   set_counters(st, T, gdr_nominal_flops(T, HV, kK, kV));
 }
 
+// The same prefill writing a block checkpoint every 100 tokens (docs/serving.md: chunks are also
+// cut at block ends, so this costs more chunks; the call without checkpoints above is unchanged).
+void BM_prefill_cpu_ckpt(benchmark::State& st) {
+  const int64_t T = st.range(0), HV = st.range(1), block = 100;
+  const GdrInputs in(T, kH, HV, kK, kV);
+  std::vector<float> o(static_cast<size_t>(T * HV * kV));
+  std::vector<float> state = uniform(HV * kK * kV, -0.1f, 0.1f, 6);
+  const kernels::GatedDeltaRuleParams p = prefill_params(in, T, HV, o, state);
+  const int64_t blocks = (T + block - 1) / block;
+  std::vector<int32_t> slots(static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) slots[b] = static_cast<int32_t>(b);
+  std::vector<float> pool(static_cast<size_t>(blocks * HV * kK * kV));
+  const kernels::cpu::StateCheckpoints ck{block, slots.data(), blocks, pool.data(), blocks};
+  for (auto _ : st) {
+    fail_unless_ok(st, kernels::cpu::chunked_gated_delta_rule(p, ck));
+    benchmark::DoNotOptimize(pool.data());
+  }
+  set_counters(st, T, gdr_nominal_flops(T, HV, kK, kV));
+}
+
 // The plain fp32 recurrence on the same shapes: the same-precision baseline every case of the
 // harness runs once, so its speed is part of the harness cost.
 void BM_prefill_recurrent(benchmark::State& st) {
@@ -90,6 +110,7 @@ void prefill_shapes(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_prefill_cpu)->Name("gdr_prefill/cpu")->Apply(prefill_shapes);
+BENCHMARK(BM_prefill_cpu_ckpt)->Name("gdr_prefill/cpu_ckpt100")->Apply(prefill_shapes);
 BENCHMARK(BM_prefill_recurrent)
     ->Name("gdr_prefill/cpu_recurrent")
     ->ArgNames({"T", "HV"})

@@ -519,7 +519,7 @@ CaseResult decide_verdict(const PreparedCase& pc, const std::vector<Compared>& c
   r.leak_seq = at.seq;
   r.leak_token = at.token;
   r.leak_max_abs = at.max_abs;
-  if (r.seq_lengths.size() >= 2 && at.first_bad > 0) {
+  if (r.seq_lengths.size() >= 2 && at.first_bad > 0 && operation_for(pc.c).presume_leaks(pc.c)) {
     r.verdict = Verdict::kLeak;
     r.message = fmt::format("{}, max|Δ| {:.2e} ({})", at.where, r.leak_max_abs, first_problem);
     return r;

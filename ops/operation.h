@@ -130,6 +130,11 @@ class Operation {
   // Whether sequences of this case can be run alone / reordered / split by repacking (probes,
   // leak confirmation). False e.g. where states live in a shared slot-addressed pool.
   virtual bool repackable(const cases::Case& c) const { return false; }
+  // Whether a wrong sequence after a right first one is presumed a leak until isolation says
+  // otherwise. False where the case cannot be isolated and its sequences share no computation by
+  // the contract (gdr's serving modes: a wrong state row is its own sequence's failure), so the
+  // verdict stays fail rather than an unconfirmable leak.
+  virtual bool presume_leaks(const cases::Case& c) const { return true; }
   // Outputs that feed the next call's inputs when a sequence continues: {output, input} pairs,
   // e.g. {"final_state", "initial_state"}. Empty when the op keeps no state.
   virtual std::vector<std::pair<std::string, std::string>> carried_states(

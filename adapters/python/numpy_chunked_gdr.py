@@ -79,6 +79,8 @@ def run_gdr(case):
     else:
         seqs = [(b, 0, T) for b in range(B)]
     n = len(seqs)
+    if "block_slots" in x or "state_indices" in x:
+        return run_serving(case, x, (q, k, v, g, beta), seqs)
     # Pool modes: states live in rows picked by the slots; slot -1 is padding (skipped), rows
     # nobody addresses come back unchanged. Spec: the state after each draft token, each the
     # final state of that prefix computed in the chunked form.
@@ -106,6 +108,38 @@ def run_gdr(case):
         if pool is not None:
             pool[slots[i]] = state
     return out
+
+
+def run_serving(case, x, tensors, seqs):
+    """The serving contracts (docs/serving.md) in the chunked form. cache=ckpt: each block of
+    `calls` tokens as its own prefill from the previous block's state, which goes into
+    block_slots[i, block]. cache=accept: every prefix from row state_indices[i,
+    num_accepted_tokens[i] - 1], prefix t + 1's state into row state_indices[i, t]."""
+    q, k, v, g, beta = tensors
+    K = q.shape[3]
+    before = x["state_pool"].astype(F32)
+    pool = before.copy()
+    o = np.zeros(v.shape, F32)
+    scale = F32(K ** -0.5)
+    HV, V = v.shape[2], v.shape[3]
+    for i, (b, lo, hi) in enumerate(seqs):
+        args = (q[b], k[b], v[b].astype(F32), g[b], beta[b])
+        if "block_slots" in x:
+            state = (x["initial_state"][i].astype(F32).copy() if "initial_state" in x
+                     else np.zeros((HV, K, V), F32))
+            bs = int(case.param("calls"))
+            for j, at in enumerate(range(lo, hi, bs)):
+                end = min(at + bs, hi)
+                o[b, at:end] = chunked_rule(*(a[at:end] for a in args), state, scale)
+                pool[int(x["block_slots"][i, j])] = state
+        else:
+            rows = [int(r) for r in x["state_indices"][i]]
+            start = before[rows[int(x["num_accepted_tokens"][i]) - 1]]
+            for t, row in enumerate(rows):
+                state = start.copy()
+                o[b, lo:lo + t + 1] = chunked_rule(*(a[lo:lo + t + 1] for a in args), state, scale)
+                pool[row] = state
+    return {"o": o, "state_pool": pool}
 
 
 def answer(inp, out):

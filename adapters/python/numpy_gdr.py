@@ -103,6 +103,8 @@ def run_gdr(case, leaky):
     else:
         seqs = [(b, 0, T) for b in range(B)]
     n = len(seqs)
+    if "block_slots" in x or "state_indices" in x:
+        return run_serving(p, x, (q, k, v, g, beta), seqs)
     # Where each sequence's state comes from and goes to: its own initial/final state, or (cache
     # modes pool and spec) a row of the state pool picked by its slot; slot -1 is padding, skipped
     # and written nowhere. Pool rows nobody addresses must come back unchanged.
@@ -126,6 +128,37 @@ def run_gdr(case, leaky):
             pool[slots[i]] = state
         carried = state
     return {"o": o, "final_state": final, "state_pool": pool, "token_states": token_states}
+
+
+def run_serving(p, x, tensors, seqs):
+    """The serving contracts (docs/serving.md). cache=ckpt: block by block, the state after each
+    block of `calls` tokens (or at the sequence's end) into block_slots[i, block]. cache=accept:
+    from row state_indices[i, num_accepted_tokens[i] - 1], token t's state into row
+    state_indices[i, t]."""
+    q, k, v, g, beta = tensors
+    B, T, HV, V = v.shape
+    K = q.shape[3]
+    before = x["state_pool"]
+    pool = before.copy()
+    o = np.zeros((B, T, HV, V))
+    for i, (b, lo, hi) in enumerate(seqs):
+        if "block_slots" in x:
+            state = x["initial_state"][i].copy() if "initial_state" in x else np.zeros((HV, K, V))
+            bs = int(p["calls"])
+            for j, at in enumerate(range(lo, hi, bs)):
+                end = min(at + bs, hi)
+                o[b, at:end] = gated_delta_rule(q[b, at:end], k[b, at:end], v[b, at:end],
+                                                g[b, at:end], beta[b, at:end], state, K ** -0.5)
+                pool[int(x["block_slots"][i, j])] = state
+        else:
+            rows = [int(r) for r in x["state_indices"][i]]
+            state = before[rows[int(x["num_accepted_tokens"][i]) - 1]].copy()
+            token_states = np.zeros((hi - lo, HV, K, V))
+            o[b, lo:hi] = gated_delta_rule(q[b, lo:hi], k[b, lo:hi], v[b, lo:hi], g[b, lo:hi],
+                                           beta[b, lo:hi], state, K ** -0.5, token_states)
+            for t, row in enumerate(rows):
+                pool[row] = token_states[t]
+    return {"o": o, "state_pool": pool}
 
 
 def answer(inp, out, leaky):

@@ -9,6 +9,7 @@
 #include "kernels/cpu/gated_delta_rule.h"
 #include "kernels/cpu/recurrent_decode.h"
 #include "ops/gdr/problem.h"
+#include "ops/gdr/serving.h"
 
 namespace deltacheck::harness {
 
@@ -30,9 +31,38 @@ kernels::cpu::RecurrentDecodeParams decode_params(const ops::gdr::Params& d,
   return p;
 }
 
+namespace {
+
+// cache=ckpt: the chunked prefill writing block checkpoints into a copy of the pool; accept: the
+// recurrent decode resuming from each sequence's accepted row.
+Status run_cpu_serving_case(const ops::gdr::Params& d, const cases::TensorMap& in,
+                            cases::TensorMap& out) {
+  cases::Tensor& pool = out.at("state_pool");
+  std::memcpy(pool.data(), in.at("state_pool").data(), pool.nbytes());
+  if (d.cache == ops::gdr::Cache::kCkpt) {
+    const cases::Tensor& slots = in.at("block_slots");
+    kernels::cpu::StateCheckpoints ck;
+    ck.block_size = ops::gdr::ckpt_block_size(d);
+    ck.block_slots = slots.as<int32_t>();
+    ck.max_blocks = slots.shape()[1];
+    ck.pool = pool.as<float>();
+    ck.num_rows = pool.shape()[0];
+    return kernels::cpu::chunked_gated_delta_rule(ops::gdr::kernel_params(d, in, out), ck);
+  }
+  kernels::cpu::RecurrentDecodeParams p = decode_params(d, in, out, d.T);
+  p.state = pool.as<float>();
+  p.num_state_rows = pool.shape()[0];
+  p.state_indices = in.at("state_indices").as<int32_t>();
+  p.num_accepted_tokens = in.at("num_accepted_tokens").as<int32_t>();
+  return kernels::cpu::recurrent_decode(p);
+}
+
+}  // namespace
+
 Status run_cpu_gdr_case(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) {
   using ops::gdr::Cache;
   const ops::gdr::Params d = ops::gdr::decode(c);
+  if (d.serving()) return run_cpu_serving_case(d, in, out);
   if (d.pooled()) {
     cases::Tensor& pool = out.at("state_pool");
     std::memcpy(pool.data(), in.at("state_pool").data(), pool.nbytes());

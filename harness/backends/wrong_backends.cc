@@ -27,7 +27,9 @@ class WrongBackend : public Backend {
   bool deliberately_wrong() const override { return true; }
   Support supports(const cases::Case& c) const override {
     if (c.op() != "gdr") return Support::No(name() + " implements only gdr");
-    if (ops::gdr::decode(c).pooled()) return Support::No(name() + " has no pooled-state mode");
+    const ops::gdr::Params d = ops::gdr::decode(c);
+    if (d.pooled()) return Support::No(name() + " has no pooled-state mode");
+    if (d.serving()) return Support::No(name() + " has no serving mode (cache=ckpt, accept)");
     return Support::Yes();
   }
 };

@@ -4,11 +4,19 @@
 //   wrong:pool-writes-padding  padding entries (slot -1) are processed Python-style: slot -1 is
 //                              the pool's last row, which gets overwritten
 //   wrong:bf16-state           states are kept in bf16 between calls
+//   wrong:ckpt-late            cache=ckpt: each checkpoint one block late (block b's row gets
+//                              the state at the end of block b + 1)
+//   wrong:ckpt-early           cache=ckpt: each checkpoint written before its block's last token
+//   wrong:accept-last-draft    cache=accept: resumes from the last draft's state, whatever was
+//                              accepted
+//   wrong:accept-count-ignored cache=accept: ignores num_accepted_tokens (resumes from the first
+//                              token's row, as a plain continuous-batching decode does)
 #include <cstring>
 
 #include "harness/backends/backends.h"
 #include "kernels/cpu/gated_delta_rule.h"
 #include "ops/gdr/problem.h"
+#include "ops/gdr/serving.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -113,6 +121,72 @@ class Bf16State : public WrongCacheBackend {
   }
 };
 
+// A wrong serving kernel: the right one run on altered inputs (and, for ckpt, block sizes).
+class WrongServing : public WrongCacheBackend {
+ public:
+  enum class Bug { kCkptLate, kCkptEarly, kAcceptLastDraft, kAcceptCountIgnored };
+  WrongServing(std::string name, std::string description, Bug bug)
+      : name_(std::move(name)), description_(std::move(description)), bug_(bug) {}
+  std::string name() const override { return name_; }
+  std::string description() const override { return description_; }
+  Support supports(const cases::Case& c) const override {
+    const ops::gdr::Cache mode = ckpt() ? ops::gdr::Cache::kCkpt : ops::gdr::Cache::kAccept;
+    if (c.op() == "gdr" && ops::gdr::decode(c).cache == mode) return Support::Yes();
+    return Support::No(std::string("cache=") + ops::gdr::name(mode) + " only");
+  }
+  Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
+    cases::TensorMap wrong = in;
+    if (!ckpt()) {
+      // The accepted count every sequence is resumed with: T (the last draft) or 1 (ignored).
+      const int32_t tokens = static_cast<int32_t>(ops::gdr::decode(c).T);
+      cases::Tensor& acc = wrong.at("num_accepted_tokens");
+      for (int64_t i = 0; i < acc.numel(); ++i)
+        acc.as<int32_t>()[i] = bug_ == Bug::kAcceptLastDraft ? tokens : 1;
+      return run_cpu_gdr_case(c, wrong, out);
+    }
+    // Late: block b's row holds the state one block further on (the kernel's slot table shifted
+    // by one block; the last block's row is never written and keeps its old contents).
+    cases::Tensor& slots = wrong.at("block_slots");
+    const int64_t cols = slots.shape()[1];
+    int32_t* t = slots.as<int32_t>();
+    const ops::gdr::Params d = ops::gdr::decode(c);
+    const int64_t bs = ops::gdr::ckpt_block_size(d);
+    if (bug_ == Bug::kCkptLate) {
+      for (int64_t s = 0; s < slots.shape()[0]; ++s) {
+        std::vector<int32_t> row(t + s * cols, t + (s + 1) * cols);
+        for (int64_t b = 0; b < cols; ++b) t[s * cols + b] = b == 0 ? -1 : row[b - 1];
+      }
+      return run_cpu_gdr_case(c, wrong, out);
+    }
+    // Early: the kernel with one-token blocks, each full block's row taking the state one token
+    // before the block's end (a partial last block's row still gets the running state).
+    int64_t longest = 1;
+    for (int64_t len : d.layout.lengths) longest = std::max(longest, len);
+    std::vector<int32_t> table(static_cast<size_t>(d.N * longest), -1);
+    for (int64_t s = 0; s < d.N; ++s) {
+      const int64_t len = d.layout.lengths[s];
+      for (int64_t b = 0; b < ops::gdr::ckpt_blocks(d, s); ++b) {
+        const int64_t end = std::min((b + 1) * bs, len);
+        table[s * longest + (end == (b + 1) * bs ? end - 2 : end - 1)] = t[s * cols + b];
+      }
+    }
+    cases::Tensor& pool = out.at("state_pool");
+    std::memcpy(pool.data(), in.at("state_pool").data(), pool.nbytes());
+    kernels::cpu::StateCheckpoints ck;
+    ck.block_size = 1;
+    ck.block_slots = table.data();
+    ck.max_blocks = longest;
+    ck.pool = pool.as<float>();
+    ck.num_rows = pool.shape()[0];
+    return kernels::cpu::chunked_gated_delta_rule(ops::gdr::kernel_params(d, in, out), ck);
+  }
+
+ private:
+  bool ckpt() const { return bug_ == Bug::kCkptLate || bug_ == Bug::kCkptEarly; }
+  std::string name_, description_;
+  Bug bug_;
+};
+
 }  // namespace
 
 std::vector<std::unique_ptr<Backend>> make_wrong_cache_backends() {
@@ -120,6 +194,22 @@ std::vector<std::unique_ptr<Backend>> make_wrong_cache_backends() {
   v.push_back(std::make_unique<DecodeWrongSlot>());
   v.push_back(std::make_unique<PoolWritesPadding>());
   v.push_back(std::make_unique<Bf16State>());
+  using Bug = WrongServing::Bug;
+  v.push_back(std::make_unique<WrongServing>(
+      "wrong:ckpt-late", "deliberately wrong: each block checkpoint is written one block late",
+      Bug::kCkptLate));
+  v.push_back(std::make_unique<WrongServing>(
+      "wrong:ckpt-early",
+      "deliberately wrong: each block checkpoint is written before the block's last token",
+      Bug::kCkptEarly));
+  v.push_back(std::make_unique<WrongServing>(
+      "wrong:accept-last-draft",
+      "deliberately wrong: speculative verify resumes from the last draft's state",
+      Bug::kAcceptLastDraft));
+  v.push_back(std::make_unique<WrongServing>(
+      "wrong:accept-count-ignored",
+      "deliberately wrong: speculative verify ignores num_accepted_tokens",
+      Bug::kAcceptCountIgnored));
   v.push_back(make_wrong_conv_backend());
   return v;
 }

@@ -9,6 +9,7 @@
 #include "core/parallel_for.h"
 #include "kernels/cpu/chunk_gemm.h"
 #include "kernels/cpu/row_conversion.h"
+#include "kernels/cpu/sequence_checks.h"
 
 namespace deltacheck::kernels::cpu {
 Status check_gated_delta_rule_params(const GatedDeltaRuleParams& p) {
@@ -154,7 +155,17 @@ TokenRows token_rows(const GatedDeltaRuleParams& p, const Lane& L, int64_t qk_he
 //   O = diag(P) Q S0 + (D .* Q K^T)_{j <= t} U
 //   S_end = P_last S0 + (K .* D_last)^T U
 // U by blocked forward substitution; every other step is one gemm() call.
-void chunked_lane(const GatedDeltaRuleParams& p, const Lane& L, ChunkScratch& s) {
+// Block b's row of the checkpoint pool for lane L (nullptr: not written).
+float* checkpoint_row(const GatedDeltaRuleParams& p, const StateCheckpoints& ck, const Lane& L,
+                      int64_t b) {
+  const int32_t row = ck.block_slots[L.seq * ck.max_blocks + b];
+  if (row < 0) return nullptr;
+  return ck.pool +
+         (static_cast<int64_t>(row) * p.num_value_heads + L.head) * p.key_dim * p.value_dim;
+}
+
+void chunked_lane(const GatedDeltaRuleParams& p, const Lane& L, ChunkScratch& s,
+                  const StateCheckpoints* ck) {
   const int64_t K = p.key_dim, V = p.value_dim, C = p.chunk_size, Cp = s.Cp;
   const int64_t HV = p.num_value_heads;
   const int64_t qk_head = L.head / (HV / p.num_heads);
@@ -165,8 +176,10 @@ void chunked_lane(const GatedDeltaRuleParams& p, const Lane& L, ChunkScratch& s)
   // need no product (many short sequences are mostly first chunks).
   bool zero_state = p.initial_state == nullptr;
 
-  for (int64_t c0 = 0; c0 < L.length; c0 += C) {
-    const int64_t n = std::min(C, L.length - c0);
+  for (int64_t c0 = 0, n = 0; c0 < L.length; c0 += n) {
+    n = std::min(C, L.length - c0);
+    if (ck)
+      n = std::min(n, (c0 / ck->block_size + 1) * ck->block_size - c0);     // stop at a block end
     const int64_t tok0 = (L.row * p.seq_len + L.begin + c0) * HV + L.head;  // token 0, this head
     float* Q = s.q.data();
     float* Kc = s.k.data();
@@ -278,6 +291,11 @@ void chunked_lane(const GatedDeltaRuleParams& p, const Lane& L, ChunkScratch& s)
       for (int64_t t = 0; t < n; ++t) KWT[i * Cp + t] = KT[i * Cp + t] * drow[t];
     gemm(K, V, n, KWT, Cp, U, V, S, V, zero_state ? kOverwrite : Start{true, s.cumdecay[n - 1]});
     zero_state = false;
+    // A checkpoint at a block's end, and the running state in the block of the last token.
+    const int64_t end = c0 + n;
+    if (ck && (end % ck->block_size == 0 || end == L.length))
+      if (float* row = checkpoint_row(p, *ck, L, (end - 1) / ck->block_size))
+        std::copy_n(S, K * V, row);
   }
   store_state(p, L, S);
 }
@@ -327,15 +345,44 @@ void recurrent_lane(const GatedDeltaRuleParams& p, const Lane& L, std::vector<fl
 
 }  // namespace
 
-Status chunked_gated_delta_rule(const GatedDeltaRuleParams& p) {
+namespace {
+
+Status run_chunked(const GatedDeltaRuleParams& p, const StateCheckpoints* ck) {
   if (Status st = check_gated_delta_rule_params(p); !st.ok()) return st;
   const std::vector<Lane> lanes = make_lanes(p);
   core::parallel_for(static_cast<int64_t>(lanes.size()), p.num_threads, [&](int64_t i) {
     thread_local ChunkScratch scratch;
     scratch.resize(p.chunk_size, p.key_dim, p.value_dim);
-    chunked_lane(p, lanes[i], scratch);
+    chunked_lane(p, lanes[i], scratch, ck);
   });
   return Status::Ok();
+}
+
+}  // namespace
+
+Status chunked_gated_delta_rule(const GatedDeltaRuleParams& p) { return run_chunked(p, nullptr); }
+
+Status chunked_gated_delta_rule(const GatedDeltaRuleParams& p, const StateCheckpoints& ck) {
+  if (Status st = check_gated_delta_rule_params(p); !st.ok()) return st;
+  if (ck.block_size < 1) return Status::InvalidArgument("checkpoint block_size must be >= 1");
+  if (!ck.block_slots || !ck.pool || ck.max_blocks < 1 || ck.num_rows < 1)
+    return Status::InvalidArgument("checkpoints need block_slots, max_blocks, pool and num_rows");
+  if (p.state_slots) return Status::InvalidArgument("checkpoints take no state_slots");
+  const int64_t n = p.cu_seqlens ? p.num_seqs : p.batch;
+  std::vector<int32_t> used;
+  for (int64_t s = 0; s < n; ++s) {
+    const int64_t len = p.cu_seqlens ? p.cu_seqlens[s + 1] - p.cu_seqlens[s] : p.seq_len;
+    if ((len + ck.block_size - 1) / ck.block_size > ck.max_blocks)
+      return Status::InvalidArgument("sequence " + std::to_string(s) + " has more than " +
+                                     std::to_string(ck.max_blocks) + " blocks");
+    for (int64_t b = 0; b < ck.max_blocks; ++b)
+      used.push_back(ck.block_slots[s * ck.max_blocks + b]);
+  }
+  if (Status st =
+          check_state_slots(used.data(), static_cast<int64_t>(used.size()), ck.num_rows, true);
+      !st.ok())
+    return st;
+  return run_chunked(p, &ck);
 }
 
 Status recurrent_gated_delta_rule(const GatedDeltaRuleParams& p) {

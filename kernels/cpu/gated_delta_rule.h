@@ -18,6 +18,21 @@ namespace deltacheck::kernels::cpu {
 Status check_gated_delta_rule_params(const GatedDeltaRuleParams& p);
 
 Status chunked_gated_delta_rule(const GatedDeltaRuleParams& p);
+
+// Block checkpoints of a prefill (vLLM mamba_cache_mode="all", docs/serving.md): sequence s's
+// tokens form blocks of block_size; block b's state goes to pool row block_slots[s * max_blocks +
+// b]: the state after the block's last token, or, for the block holding the sequence's last token,
+// the state after that token (a sequence shorter than a block writes no checkpoint, only that).
+// Negative entries are not written. Chunks are cut at block boundaries too, so every checkpoint is
+// a chunk's end state. p.final_state may be nullptr (the last block's row holds it).
+struct StateCheckpoints {
+  int64_t block_size = 0;                // >= 1
+  const int32_t* block_slots = nullptr;  // [num_seqs, max_blocks]
+  int64_t max_blocks = 0;
+  float* pool = nullptr;  // fp32 [num_rows, HV, K, V]
+  int64_t num_rows = 0;
+};
+Status chunked_gated_delta_rule(const GatedDeltaRuleParams& p, const StateCheckpoints& ckpt);
 Status recurrent_gated_delta_rule(const GatedDeltaRuleParams& p);
 
 }  // namespace deltacheck::kernels::cpu

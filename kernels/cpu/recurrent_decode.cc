@@ -2,7 +2,9 @@
 // the pool with two passes over it per token, each over contiguous rows of V.
 #include "kernels/cpu/recurrent_decode.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/parallel_for.h"
@@ -27,6 +29,15 @@ void load_qk(const RecurrentDecodeParams& p, const void* src, int64_t offset, fl
   for (int64_t i = 0; i < K; ++i) dst[i] *= f;
 }
 
+// The pool row sequence seq starts from (negative: a padding entry).
+int64_t start_row(const RecurrentDecodeParams& p, int64_t seq) {
+  if (p.state_indices) {
+    const int64_t accepted = p.num_accepted_tokens ? p.num_accepted_tokens[seq] : 1;
+    return p.state_indices[seq * p.tokens_per_seq + accepted - 1];
+  }
+  return p.state_slots ? p.state_slots[seq] : seq;
+}
+
 void decode_lane(const RecurrentDecodeParams& p, int64_t seq, int64_t head, int64_t row,
                  std::vector<float>& scratch) {
   const int64_t K = p.key_dim, V = p.value_dim, H = p.num_heads, HV = p.num_value_heads;
@@ -38,6 +49,10 @@ void decode_lane(const RecurrentDecodeParams& p, int64_t seq, int64_t head, int6
   float* o = u + V;
   float* v = o + V;
   float* S = p.state + (row * HV + head) * K * V;  // [K][V]
+  if (p.state_indices) {  // per-token rows: work on a copy of the start row
+    std::copy_n(S, K * V, v + V);
+    S = v + V;
+  }
   for (int64_t t = 0; t < p.tokens_per_seq; ++t) {
     const int64_t token = seq * p.tokens_per_seq + t;
     const int64_t lane = token * HV + head;
@@ -68,6 +83,10 @@ void decode_lane(const RecurrentDecodeParams& p, int64_t seq, int64_t head, int6
       }
     }
     store_row(p.o, p.dtype, lane * V, V, o);
+    if (p.state_indices) {
+      const int32_t dst = p.state_indices[token];
+      if (dst >= 0) std::copy_n(S, K * V, p.state + (dst * HV + head) * K * V);
+    }
     if (p.token_states) {
       float* dst = p.token_states + lane * K * V;
       for (int64_t i = 0; i < K * V; ++i) dst[i] = S[i];
@@ -86,15 +105,27 @@ Status recurrent_decode(const RecurrentDecodeParams& p) {
   if (!p.q || !p.k || !p.v || !p.g || !p.beta || !p.o || !p.state)
     return Status::InvalidArgument("q, k, v, g, beta, o and state are required");
   const int64_t rows = p.num_state_rows > 0 ? p.num_state_rows : p.num_seqs;
-  if (Status st = check_state_slots(p.state_slots, p.num_seqs, rows, true); !st.ok()) return st;
+  if (p.state_indices) {
+    if (Status st = check_state_slots(p.state_indices, p.num_seqs * p.tokens_per_seq, rows, true);
+        !st.ok())
+      return st;
+    for (int64_t i = 0; p.num_accepted_tokens && i < p.num_seqs; ++i)
+      if (p.num_accepted_tokens[i] < 1 || p.num_accepted_tokens[i] > p.tokens_per_seq)
+        return Status::InvalidArgument("num_accepted_tokens[" + std::to_string(i) +
+                                       "] = " + std::to_string(p.num_accepted_tokens[i]) +
+                                       " outside 1.." + std::to_string(p.tokens_per_seq));
+  } else if (Status st = check_state_slots(p.state_slots, p.num_seqs, rows, true); !st.ok()) {
+    return st;
+  }
 
   const int64_t HV = p.num_value_heads;
   core::parallel_for(p.num_seqs * HV, p.num_threads, [&](int64_t i) {
     const int64_t seq = i / HV, head = i % HV;
-    const int64_t row = p.state_slots ? p.state_slots[seq] : seq;
+    const int64_t row = start_row(p, seq);
     if (row < 0) return;  // padding entry
     thread_local std::vector<float> scratch;
-    scratch.resize(static_cast<size_t>(2 * p.key_dim + 3 * p.value_dim));
+    scratch.resize(static_cast<size_t>(2 * p.key_dim + 3 * p.value_dim +
+                                       (p.state_indices ? p.key_dim * p.value_dim : 0)));
     decode_lane(p, seq, head, row, scratch);
   });
   return Status::Ok();

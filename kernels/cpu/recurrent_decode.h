@@ -34,9 +34,18 @@ struct RecurrentDecodeParams {
   // Optional fp32 [N, tokens, HV, K, V]: the state after each token, so a caller that accepts
   // only the first m draft tokens can resume from token_states[i, m - 1].
   float* token_states = nullptr;
-  float scale = 0.0f;          // <= 0: K^-0.5
-  bool use_qk_l2norm = false;  // x / sqrt(sum(x^2) + 1e-6) on q and k
-  int num_threads = 0;         // 0: all hardware threads
+  // Speculative verify with partial acceptance, as vLLM passes it (ssm_state_indices,
+  // num_accepted_tokens; docs/serving.md). With state_indices [N, tokens] (state_slots is then
+  // unused): sequence i starts from row state_indices[i, num_accepted_tokens[i] - 1] (the state
+  // after the last accepted token of the previous call; the count includes the bonus token, so 1
+  // means every draft was rejected) and writes the state after token t into row
+  // state_indices[i, t], in place. A negative start row marks a padding entry; negative write rows
+  // are not written. num_accepted_tokens nullptr: every count is 1.
+  const int32_t* state_indices = nullptr;
+  const int32_t* num_accepted_tokens = nullptr;  // [N], each in 1..tokens
+  float scale = 0.0f;                            // <= 0: K^-0.5
+  bool use_qk_l2norm = false;                    // x / sqrt(sum(x^2) + 1e-6) on q and k
+  int num_threads = 0;                           // 0: all hardware threads
 };
 
 Status recurrent_decode(const RecurrentDecodeParams& p);

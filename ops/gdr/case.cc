@@ -8,6 +8,7 @@
 #include "cases/det_math.h"
 #include "ops/decode.h"
 #include "ops/gdr/params.h"
+#include "ops/gdr/serving.h"
 #include "ops/schema.h"
 
 namespace deltacheck::ops::gdr {
@@ -26,6 +27,11 @@ void check_gdr(const Case& c) {
     for (int64_t l : p.layout.lengths)
       if (l != p.layout.lengths[0])
         throw CaseIdError("cache=spec needs sequences of equal length (batch[NxT]: T drafts)");
+  if (p.cache != Cache::kCkpt && p.calls > 64)
+    throw CaseIdError("calls must be <= 64 for cache=" + c.get("cache") + " (calls=" +
+                      c.get("calls") + "; only cache=ckpt takes block sizes up to 2048)");
+  if (p.serving())
+    if (const std::string why = check_serving(p); !why.empty()) throw CaseIdError(why);
   if (p.pooled() && p.state == State::kNone)
     throw CaseIdError("cache=" + c.get("cache") +
                       " reads states from a pool: state must not be none");
@@ -52,15 +58,20 @@ OpSchema gdr_schema() {
           choice(
               "state", "rand", {"none", "rand", "mixed"},
               "initial state: none (zeros) | rand (random) | mixed (alternating zero and random)"),
-          choice("cache", "prefill",
-                 {"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec"},
-                 "none: no state in or out | prefill: initial state in, final out | decode: one "
-                 "token per sequence | chunked: each sequence prefilled in several calls | "
-                 "dynamic: prefill then one-token decode steps | pool: states in a slot-addressed "
-                 "pool with padding entries | spec: multi-token decode writing a state per token"),
-          integer("calls", "3", 1, 64,
+          choice(
+              "cache", "prefill",
+              {"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec", "ckpt", "accept"},
+              "none: no state in or out | prefill: initial state in, final out | decode: one "
+              "token per sequence | chunked: each sequence prefilled in several calls | "
+              "dynamic: prefill then one-token decode steps | pool: states in a slot-addressed "
+              "pool with padding entries | spec: multi-token decode writing a state per token | "
+              "ckpt: prefill writing the state at every block boundary into per-block pool "
+              "slots | accept: speculative verify resuming from the accepted token's state "
+              "(num_accepted_tokens, state_indices)"),
+          integer("calls", "3", 1, 2048,
                   "chunked: pieces per sequence; dynamic: decode steps; pool: padding entries; "
-                  "spec: draft tokens (layout batch[NxT] is then N sequences of T drafts)"),
+                  "spec: draft tokens (layout batch[NxT] is then N sequences of T drafts); "
+                  "ckpt: block size in tokens (16..2048; other modes: at most 64)"),
           seed_param(),
       },
       check_gdr};
@@ -151,6 +162,10 @@ TensorMap generate(const Case& c, const GenOptions& o) {
     const auto cu = d.layout.cu_seqlens();
     Tensor& t = m.add(Tensor("cu_seqlens", DType::kI64, {static_cast<int64_t>(cu.size())}));
     for (size_t i = 0; i < cu.size(); ++i) t.as<int64_t>()[i] = cu[i];
+  }
+  if (d.serving()) {
+    generate_serving(d, m);
+    if (d.cache == Cache::kAccept) return m;
   }
   if (d.pooled()) {
     Tensor& pool = m.add(Tensor("state_pool", DType::kF32, {pool_size(d), d.HV, d.K, d.V}));
@@ -263,6 +278,50 @@ void gdr_suite(SuiteBuilder& b, Tier t) {
              {"HV", "8"}});
     for (int s = 100; s < 110; ++s)
       add({{"layout", "packed[1*30,64,127,129,0,257]"}, {"seed", std::to_string(s)}});
+  }
+  // The serving kernel contracts (ops/gdr/serving.h), with seeds of their own (from 2000) so
+  // that every case above keeps its id: block checkpoints at block sizes that are not multiples
+  // of the chunk size (64), and speculative verify with every accepted count 1..T in a batch.
+  int serving_seed = 2000;
+  auto serve = [&](const SuiteParams& over) {
+    b.add("gdr", merge(merge(base, {{"seed", std::to_string(serving_seed++)}}), over));
+  };
+  serve({{"layout", "packed[100,0,37,256]"}, {"cache", "ckpt"}, {"calls", "48"}});
+  serve({{"layout", "batch[6x4]"}, {"cache", "accept"}});
+  if (tier >= 1) {
+    serve({{"layout", "packed[15,16,17,200]"},
+           {"cache", "ckpt"},
+           {"calls", "16"},
+           {"state", "mixed"}});
+    serve({{"layout", "single[300]"}, {"cache", "ckpt"}, {"calls", "100"}, {"state", "none"}});
+    serve({{"layout", "packed[129,64,0,1000]"}, {"cache", "ckpt"}, {"calls", "2048"}});
+    serve(
+        {{"layout", "packed[63,0,65,130]"}, {"cache", "ckpt"}, {"calls", "65"}, {"dtype", "bf16"}});
+    serve({{"layout", "batch[3x150]"}, {"cache", "ckpt"}, {"calls", "50"}, {"dtype", "fp16"}});
+    serve({{"layout", "packed[1,200]"},
+           {"cache", "ckpt"},
+           {"calls", "64"},
+           {"K", "100"},
+           {"V", "60"}});
+    serve({{"layout", "batch[8x4]"}, {"cache", "accept"}, {"dtype", "bf16"}});
+    serve({{"layout", "batch[8x3]"}, {"cache", "accept"}, {"dtype", "fp16"}});
+    serve({{"layout", "batch[5x1]"}, {"cache", "accept"}});
+    serve({{"layout", "batch[7x2]"}, {"cache", "accept"}, {"gate", "zero"}});
+    serve({{"layout", "batch[10x5]"}, {"cache", "accept"}, {"K", "100"}, {"V", "60"}, {"HV", "8"}});
+  }
+  if (tier >= 2) {
+    for (const auto& bs : {"17", "512", "2048"})
+      serve({{"layout", "packed[2100,700,0,5]"},
+             {"cache", "ckpt"},
+             {"calls", bs},
+             {"K", "128"},
+             {"V", "128"}});
+    for (const auto& dt : dtypes)
+      serve({{"layout", "batch[32x8]"},
+             {"cache", "accept"},
+             {"dtype", dt},
+             {"K", "128"},
+             {"V", "128"}});
   }
   if (tier < 1) return;
   // Appended later, with seeds of their own (from 1000), so that the cases above keep their ids.

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "ops/gdr/params.h"
+#include "ops/gdr/serving.h"
 #include "ops/repack.h"
 #include "reference/gated_delta_rule.h"
 
@@ -67,11 +68,9 @@ Values reference_prefill(const cases::Case& c, const TensorMap& in) {
   return as_values(reference::gated_delta_rule(reference_args(c, in, buffers)));
 }
 
-using Evaluate = std::function<Values(const cases::Case&, const TensorMap&)>;
-
 // Pool and spec cases through a prefill evaluation: every entry's (or draft prefix's) initial
 // state is its pool row; results are scattered back into the pool.
-Values evaluate_pooled(const cases::Case& c, const TensorMap& in, Evaluate eval) {
+Values evaluate_pooled(const cases::Case& c, const TensorMap& in, const Evaluate& eval) {
   const Params d = decode(c);
   const bool spec = d.cache == Cache::kSpec;
   const int32_t* slots = in.at("state_slots").as<int32_t>();
@@ -121,6 +120,7 @@ class GdrOperation : public Operation {
  public:
   std::vector<OutputSpec> outputs(const cases::Case& c) const override {
     const Params d = decode(c);
+    if (d.serving()) return serving_outputs(d);
     std::vector<OutputSpec> o{{"o", d.dtype, {d.B, d.T, d.HV, d.V}}};
     // States are fp32, computed from activations of the case's dtype by kernels that may read
     // them as matmul operands of that dtype: their tolerance follows the activation dtype.
@@ -169,6 +169,7 @@ class GdrOperation : public Operation {
 
   std::vector<SeqSlice> slices(const cases::Case& c, const std::string& output) const override {
     const Params d = decode(c);
+    if (d.serving() && output == "state_pool") return serving_pool_slices(d);
     const int64_t per_state = d.HV * d.K * d.V;
     const std::vector<int32_t> slots =
         output == "state_pool" ? pool_slots(d) : std::vector<int32_t>{};
@@ -197,19 +198,25 @@ class GdrOperation : public Operation {
   }
 
   TensorMajor major(const std::string& t) const override {
-    if (t == "initial_state" || t == "final_state" || t == "state_slots" || t == "token_states")
+    if (t == "initial_state" || t == "final_state" || t == "state_slots" || t == "token_states" ||
+        t == "block_slots" || t == "state_indices" || t == "num_accepted_tokens")
       return TensorMajor::kSequence;
     if (t == "q" || t == "k" || t == "v" || t == "g" || t == "beta" || t == "o")
       return TensorMajor::kToken;
     return TensorMajor::kNone;
   }
 
-  bool repackable(const cases::Case& c) const override { return !decode(c).pooled(); }
+  bool repackable(const cases::Case& c) const override {
+    const Params d = decode(c);
+    return !d.pooled() && !d.serving();
+  }
+
+  bool presume_leaks(const cases::Case& c) const override { return !decode(c).serving(); }
 
   std::vector<std::pair<std::string, std::string>> carried_states(
       const cases::Case& c) const override {
     const Params d = decode(c);
-    if (d.cache == Cache::kNone || d.pooled()) return {};
+    if (d.cache == Cache::kNone || d.pooled() || d.serving()) return {};
     return {{"final_state", "initial_state"}};
   }
 
@@ -230,9 +237,10 @@ class GdrOperation : public Operation {
     return {reference::describe(how), evaluate(c, in, run)};
   }
 
-  Values evaluate(const cases::Case& c, const TensorMap& in, Evaluate eval) const {
+  Values evaluate(const cases::Case& c, const TensorMap& in, const Evaluate& eval) const {
     const Params d = decode(c);
     if (d.pooled()) return evaluate_pooled(c, in, eval);
+    if (d.serving()) return evaluate_serving(c, in, eval);
     Values v = eval(c, in);
     if (!d.final_state) v.erase("final_state");
     return v;

@@ -121,10 +121,24 @@ def test_unsupported_raised_by_the_callable():
 
 
 def vllm_style(q, k, v, g, beta, scale, initial_state, inplace_final_state, cu_seqlens,
-               ssm_state_indices, use_qk_l2norm_in_kernel):
+               ssm_state_indices, use_qk_l2norm_in_kernel, num_accepted_tokens=None):
     """A slot-pool kernel on top of the recurrence: states gathered from and written back to
-    initial_state[ssm_state_indices], padding entries (slot < 0) skipped."""
+    initial_state[ssm_state_indices], padding entries (slot < 0) skipped; with
+    num_accepted_tokens (speculative verify, [N, T] indices) one token at a time from row
+    [i, num_accepted_tokens[i] - 1], each token's state into row [i, t]."""
     assert inplace_final_state
+    if num_accepted_tokens is not None:
+        idx, acc = np.asarray(ssm_state_indices), np.asarray(num_accepted_tokens)
+        state = initial_state[idx[np.arange(len(acc)), acc - 1]]
+        outs = []
+        for t in range(q.shape[1]):
+            o, state = recurrent_gdr(q=q[:, t:t + 1], k=k[:, t:t + 1], v=v[:, t:t + 1],
+                                     g=g[:, t:t + 1], beta=beta[:, t:t + 1], scale=scale,
+                                     initial_state=state, output_final_state=True, cu_seqlens=None,
+                                     use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+            outs.append(o)
+            initial_state[idx[:, t]] = state
+        return np.concatenate(outs, axis=1), None
     slots = np.asarray(ssm_state_indices)
     live = slots >= 0
     o, s = recurrent_gdr(q=q, k=k, v=v, g=g, beta=beta, scale=scale,
@@ -141,6 +155,20 @@ def test_vllm_convention_runs_the_pool_cases():
     verdicts = {r.case_id: r.verdict for r in res}
     assert any("cache=pool" in i for i in verdicts), verdicts
     assert set(verdicts.values()) == {"pass"}, res.summary()
+
+
+def test_vllm_convention_runs_speculative_verify_and_catches_an_ignored_count():
+    res = dc.check(vllm_style, "gate", filter=[r"^gdr\(", "cache=accept"], convention="vllm",
+                   framework="numpy")
+    assert len(res) >= 3 and {r.verdict for r in res} == {"pass"}, res.summary()
+
+    def count_ignored(**kw):
+        kw["num_accepted_tokens"] = np.ones_like(np.asarray(kw["num_accepted_tokens"]))
+        return vllm_style(**kw)
+
+    res = dc.check(count_ignored, "gate", filter=[r"^gdr\(", "cache=accept", r"batch\[\d+x[2-9]"],
+                   convention="vllm", framework="numpy")
+    assert len(res) >= 3 and {r.verdict for r in res} == {"fail"}, res.summary()
 
 
 def test_a_declared_convention():

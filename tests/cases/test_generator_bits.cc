@@ -28,13 +28,24 @@ uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
   return h;
 }
 
-// Names, dtypes, shapes and bytes of every input of every case of a suite, in order: of operation
-// `op` only (`serve`, `gdr_grad`: added after the calibration, pinned on their own), or (op
-// empty) of every other case.
-uint64_t suite_inputs_hash(const std::string& suite_name, bool salted, const std::string& op = "") {
+// Which cases a hash covers: those calibrated first, the gdr serving contracts' cases
+// (cache=ckpt, accept), the serving scenarios (op serve) or the backward's (op gdr_grad). Each
+// later part has seeds of its own and is pinned on its own, so the others' bits stay as they were.
+enum class Part { kCalibrated, kServingModes, kScenarios, kGrad };
+Part part_of(const Case& c) {
+  if (c.op() == "serve") return Part::kScenarios;
+  if (c.op() == "gdr_grad") return Part::kGrad;
+  if (c.op() == "gdr" && (c.get("cache") == "ckpt" || c.get("cache") == "accept"))
+    return Part::kServingModes;
+  return Part::kCalibrated;
+}
+
+// Names, dtypes, shapes and bytes of every input of every case of a suite in `part`, in order.
+uint64_t suite_inputs_hash(const std::string& suite_name, bool salted,
+                           Part part = Part::kCalibrated) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (const Case& c : suite(suite_name)) {
-    if (op.empty() ? c.op() == "serve" || c.op() == "gdr_grad" : c.op() != op) continue;
+    if (part_of(c) != part) continue;
     GenOptions o;
     if (salted) o.sequence_salt[0] = 0x5eed;
     const TensorMap m = generate_inputs(c, o);
@@ -66,14 +77,19 @@ TEST_P(GeneratorBits, SmokeSuiteSaltedInputsAsCalibrated) {
   EXPECT_EQ(hex(suite_inputs_hash("smoke", true)), "4b4f9f61ec817054");
 }
 
+TEST_P(GeneratorBits, SmokeSuiteServingInputsAsCalibrated) {
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kServingModes)), "cfa526c52adc740c");
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", true, Part::kServingModes)), "e19425d096d91f40");
+}
+
 TEST_P(GeneratorBits, SmokeServingScenarioInputsAsPinned) {
-  EXPECT_EQ(hex(suite_inputs_hash("smoke", false, "serve")), "b70eef8047ffd95b");
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kScenarios)), "b70eef8047ffd95b");
 }
 
 // The backward's inputs (gdr's forward inputs, a padding tail, do and dht), pinned on their own.
 TEST_P(GeneratorBits, SmokeSuiteGradInputsAsCalibrated) {
-  EXPECT_EQ(hex(suite_inputs_hash("smoke", false, "gdr_grad")), "9d8b7a0510a98d12");
-  EXPECT_EQ(hex(suite_inputs_hash("smoke", true, "gdr_grad")), "e4e178824c130db2");
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kGrad)), "9d8b7a0510a98d12");
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", true, Part::kGrad)), "e4e178824c130db2");
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, GeneratorBits, testing::Values(false, true),

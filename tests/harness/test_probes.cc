@@ -19,7 +19,7 @@ Verdict probe(const std::vector<ProbeReport>& ps, const std::string& name) {
 TEST(Probes, AllPassOnTheCpuKernel) {
   auto cpu = make_backend("cpu");
   for (const cases::Case& c : cases::suite("smoke")) {
-    if (c.op() != "gdr" || c.get("cache") == "pool" || c.get("cache") == "spec") continue;
+    if (c.op() != "gdr" || !operation_for(c).repackable(c)) continue;
     const CaseResult r = run_case(prepare(c), *cpu, true);
     EXPECT_EQ(r.verdict, Verdict::kPass) << c.id() << ": " << r.message;
     EXPECT_FALSE(r.probes.empty()) << c.id();

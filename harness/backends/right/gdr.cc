@@ -9,6 +9,7 @@
 #include "harness/backends/right/rounding.h"
 #include "harness/backends/right/rule.h"
 #include "ops/gdr/problem.h"
+#include "ops/gdr/serving.h"
 
 namespace deltacheck::harness::right {
 
@@ -95,9 +96,61 @@ template SequenceInputs<float> gdr_sequence<float>(const cases::Case&, const cas
 template SequenceInputs<double> gdr_sequence<double>(const cases::Case&, const cases::TensorMap&,
                                                      int64_t, int64_t);
 
+namespace {
+
+// The serving modes (docs/serving.md). ckpt: each sequence block by block, the state after each
+// block (or at the sequence's end) into the block's row. accept: from the accepted token's row,
+// the state after every token into that token's row.
+Status run_gdr_serving(Formulation f, const cases::Case& c, const cases::TensorMap& in,
+                       cases::TensorMap& out) {
+  const ops::gdr::Params d = ops::gdr::decode(c);
+  const std::vector<int64_t> offs = sequence_offsets(in, d.B, d.T);
+  const int64_t per = d.HV * d.K * d.V;
+  cases::Tensor& o = out.at("o");
+  cases::Tensor& pool = out.at("state_pool");
+  std::memcpy(pool.data(), in.at("state_pool").data(), pool.nbytes());
+  float* rows = pool.as<float>();
+  const bool ckpt = d.cache == ops::gdr::Cache::kCkpt;
+  const cases::Tensor& table = in.at(ckpt ? "block_slots" : "state_indices");
+  const int64_t cols = table.shape()[1];
+  const int32_t* slot = table.as<int32_t>();
+  const cases::Tensor* initial = in.find("initial_state");
+  std::vector<float> state(static_cast<size_t>(per)), o_seq, ts_seq;
+  for (int64_t s = 0; s < d.N; ++s) {
+    const int64_t begin = offs[s], len = offs[s + 1] - offs[s];
+    if (ckpt && initial)
+      std::copy_n(initial->as<float>() + s * per, per, state.begin());
+    else if (ckpt)
+      std::fill(state.begin(), state.end(), 0.0f);
+    else
+      std::copy_n(rows + slot[s * cols + in.at("num_accepted_tokens").as<int32_t>()[s] - 1] * per,
+                  per, state.begin());
+    // ckpt: one piece per block; accept: the T tokens, keeping each token's state.
+    const int64_t piece = ckpt ? ops::gdr::ckpt_block_size(d) : len;
+    for (int64_t at = 0, b = 0; at < len; at += piece, ++b) {
+      const int64_t n = std::min(piece, len - at);
+      const SequenceInputs<float> x = gdr_sequence<float>(c, in, begin + at, n);
+      o_seq.assign(static_cast<size_t>(n * d.HV * d.V), 0.0f);
+      ts_seq.assign(static_cast<size_t>(ckpt ? 0 : n * per), 0.0f);
+      rule_sequence(f, d.dtype, x, state.data(), o_seq.data(), ckpt ? nullptr : ts_seq.data());
+      for (int64_t i = 0; i < n * d.HV * d.V; ++i)
+        store(o, (begin + at) * d.HV * d.V + i, o_seq[i]);
+      if (ckpt)
+        std::copy_n(state.begin(), per, rows + slot[s * cols + b] * per);
+      else
+        for (int64_t t = 0; t < n; ++t)
+          std::copy_n(ts_seq.begin() + t * per, per, rows + slot[s * cols + t] * per);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status run_gdr(Formulation f, const cases::Case& c, const cases::TensorMap& in,
                cases::TensorMap& out) {
   const ops::gdr::Params d = ops::gdr::decode(c);
+  if (d.serving()) return run_gdr_serving(f, c, in, out);
   const std::vector<int64_t> offs = sequence_offsets(in, d.B, d.T);
   const int64_t n = static_cast<int64_t>(offs.size()) - 1, per = d.HV * d.K * d.V;
   if (n != d.N) return Status::InvalidArgument("cu_seqlens does not match the layout");

@@ -17,6 +17,7 @@
 #include "kernels/torch/gated_delta_rule.h"
 #include "kernels/torch/linear_attention_layer.h"
 #include "ops/gdr/problem.h"
+#include "ops/gdr/serving.h"
 #include "ops/gdr_grad/params.h"
 #include "ops/layer/params.h"
 
@@ -133,9 +134,87 @@ Status gdr_run_pooled(const Case& c, const TensorMap& in, TensorMap& out,
   return copy_output(pool_after, out.at("state_pool"), "state_pool");
 }
 
+// An int64 index tensor on the device.
+at::Tensor long_tensor(const std::vector<int64_t>& v, const c10::Device& device) {
+  return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(device);
+}
+
+// cache=accept (docs/serving.md): each sequence starts from row state_indices[n,
+// num_accepted_tokens[n] - 1], gathered; the tokens one recurrent step at a time, the state after
+// token t scattered into row state_indices[n, t].
+Status gdr_run_accept(const Case& c, const TensorMap& in, TensorMap& out,
+                      const c10::Device& device) {
+  GdrTensors t = gdr_tensors(c, in, device);
+  at::Tensor pool = to_aten(in.at("state_pool"), device).clone();
+  const at::Tensor idx = to_aten(in.at("state_indices"), device).to(at::kLong);        // [N, T]
+  const at::Tensor acc = to_aten(in.at("num_accepted_tokens"), device).to(at::kLong);  // [N]
+  t.initial_state = pool.index_select(0, idx.gather(1, (acc - 1).unsqueeze(1)).squeeze(1));
+  const GdrTensors all = t;
+  std::vector<at::Tensor> outputs;
+  for (int64_t i = 0; i < all.q.size(1); ++i) {
+    auto token = [&](const at::Tensor& x) { return x.narrow(1, i, 1); };
+    t.q = token(all.q), t.k = token(all.k), t.v = token(all.v), t.g = token(all.g),
+    t.beta = token(all.beta);
+    const auto r = gdr_call(t, /*decode=*/true, /*keep_state=*/true);
+    outputs.push_back(r.output);
+    pool.index_copy_(0, idx.select(1, i), r.final_state);
+    t.initial_state = r.final_state;
+  }
+  if (Status st = copy_output(at::cat(outputs, 1), out.at("o"), "o"); !st.ok()) return st;
+  return copy_output(pool, out.at("state_pool"), "state_pool");
+}
+
+// cache=ckpt: the chunked prefill block by block (block b of every sequence as one packed call,
+// from the state its block b - 1 ended with), each block's end state scattered into its row.
+Status gdr_run_ckpt(const Case& c, const TensorMap& in, TensorMap& out, const c10::Device& device) {
+  const ops::gdr::Params d = ops::gdr::decode(c);
+  const GdrTensors all = gdr_tensors(c, in, device);
+  auto flat = [&](const at::Tensor& x) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[1] *= shape[0];
+    shape[0] = 1;
+    return x.reshape(shape);
+  };
+  at::Tensor pool = to_aten(in.at("state_pool"), device).clone();
+  at::Tensor states = all.initial_state ? all.initial_state->clone()
+                                        : at::zeros({d.N, d.HV, d.K, d.V}, pool.options());
+  at::Tensor o = at::zeros_like(flat(all.v));
+  const cases::Tensor& slots = in.at("block_slots");
+  const int64_t cols = slots.shape()[1], bs = ops::gdr::ckpt_block_size(d);
+  const std::vector<int64_t> cu = d.layout.cu_seqlens();
+  for (int64_t b = 0; b < cols; ++b) {
+    std::vector<int64_t> pos, seqs, rows, piece_cu{0};
+    for (int64_t s = 0; s < d.N; ++s) {
+      const int64_t len = d.layout.lengths[s], begin = b * bs;
+      if (begin >= len) continue;
+      const int64_t first = d.layout.has_cu_seqlens() ? cu[s] : s * d.T;
+      for (int64_t i = begin; i < std::min(len, begin + bs); ++i) pos.push_back(first + i);
+      piece_cu.push_back(static_cast<int64_t>(pos.size()));
+      seqs.push_back(s);
+      rows.push_back(slots.as<int32_t>()[s * cols + b]);
+    }
+    if (seqs.empty()) continue;
+    const at::Tensor p = long_tensor(pos, device), sq = long_tensor(seqs, device);
+    GdrTensors t = all;
+    t.q = flat(all.q).index_select(1, p), t.k = flat(all.k).index_select(1, p);
+    t.v = flat(all.v).index_select(1, p), t.g = flat(all.g).index_select(1, p);
+    t.beta = flat(all.beta).index_select(1, p);
+    t.cu_seqlens = long_tensor(piece_cu, device);
+    t.initial_state = states.index_select(0, sq);
+    const auto r = gdr_call(t, /*decode=*/false, /*keep_state=*/true);
+    o.index_copy_(1, p, r.output);
+    states.index_copy_(0, sq, r.final_state);
+    pool.index_copy_(0, long_tensor(rows, device), r.final_state);
+  }
+  if (Status st = copy_output(o.reshape(all.v.sizes()), out.at("o"), "o"); !st.ok()) return st;
+  return copy_output(pool, out.at("state_pool"), "state_pool");
+}
+
 Status gdr_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::Device& device) {
   const ops::gdr::Params d = ops::gdr::decode(c);
   if (d.pooled()) return gdr_run_pooled(c, in, out, device);
+  if (d.cache == ops::gdr::Cache::kCkpt) return gdr_run_ckpt(c, in, out, device);
+  if (d.cache == ops::gdr::Cache::kAccept) return gdr_run_accept(c, in, out, device);
   cases::Tensor* final_state = out.find("final_state");
   const auto r = gdr_call(gdr_tensors(c, in, device), d.cache == ops::gdr::Cache::kDecode,
                           final_state != nullptr);

@@ -123,9 +123,9 @@ class TorchOpBackend : public Backend {
     if (c.op() != "gdr")
       return Support::No("torch-op calls gated delta rule operators only (not '" + c.op() + "')");
     // chunked and dynamic reach the operator as prefill and decode calls (harness/call_plan.h);
-    // the convention has no state slots for pool and spec.
+    // the convention has no state slots for pool, spec, ckpt and accept.
     const ops::gdr::Params p = ops::gdr::decode(c);
-    if (p.pooled())
+    if (p.pooled() || p.serving())
       return Support::No(std::string("torch-op: the calling convention has no cache mode '") +
                          ops::gdr::name(p.cache) + "'");
     const torch_bridge::DeviceChoice& d = device();

@@ -68,9 +68,12 @@ def _gdr_without_slots(what):
     def supports(c):
         if c.op != "gdr":
             return f"the {what} convention calls a gated delta rule kernel (op gdr), not {c.op}"
-        if c.params["cache"] in ("pool", "spec"):
+        if c.params["cache"] in ("pool", "spec", "accept"):
             return (f"cache={c.params['cache']}: states addressed through slot indices; the "
                     f"{what} convention passes one state per sequence (use convention='vllm')")
+        if c.params["cache"] == "ckpt":
+            return (f"cache=ckpt: block checkpoints into pool rows; the {what} convention "
+                    "returns one final state per sequence")
         return None
     return supports
 
@@ -155,6 +158,9 @@ def _vllm_supports(c):
     if c.params["cache"] == "spec":
         return ("cache=spec: deltacheck's multi-token decode keeps a state per draft token in "
                 "token_states, which vLLM's num_accepted_tokens interface does not produce")
+    if c.params["cache"] == "ckpt":
+        return ("cache=ckpt: fused_recurrent_gated_delta_rule takes no block-checkpoint "
+                "arguments (vLLM writes them from its chunked prefill)")
     return None
 
 
@@ -165,8 +171,20 @@ def vllm(fn, c):
     ssm_state_indices=SLOTS, use_qk_l2norm_in_kernel=) -> (o, final_state); the kernel reads
     sequence i's state from POOL[SLOTS[i]] and writes its final state back there, skipping
     entries with a negative slot (padding). cache=pool passes the case's pool (a copy) and slots
-    and returns the pool after the call; the other modes pass a pool of N slots, slots 0..N-1."""
+    and returns the pool after the call; the other modes pass a pool of N slots, slots 0..N-1.
+    cache=accept adds num_accepted_tokens=[N] with ssm_state_indices=[N, T] (vLLM's speculative
+    verify: start from row [i, num_accepted_tokens[i] - 1], write token t's state to row [i, t])."""
     i = c.inputs
+    if c.params["cache"] == "accept":
+        # Speculative verify (docs/serving.md): [N, T] per-token rows and the accepted counts;
+        # batch layout, so no cu_seqlens (every sequence has T tokens).
+        pool = c.copy(i["state_pool"])
+        o, _ = fn(q=i["q"], k=i["k"], v=i["v"], g=i["g"], beta=i["beta"], scale=c.dims.K ** -0.5,
+                  initial_state=pool, inplace_final_state=True, cu_seqlens=None,
+                  ssm_state_indices=i["state_indices"],
+                  num_accepted_tokens=i["num_accepted_tokens"],
+                  use_qk_l2norm_in_kernel=c.params["l2"] == "1")
+        return {"o": o, "state_pool": pool}
     if "state_pool" in i:
         pool, slots = c.copy(i["state_pool"]), i["state_slots"]
     else:

@@ -33,9 +33,13 @@ std::unique_ptr<Backend> torch_op(const std::string& library, const std::string&
   return make_backend("torch-op", o);
 }
 
-// Pool and spec cases address states through slots, which the calling convention has no
-// argument for: torch-op reports them unsupported.
-bool has_slots(const Case& c) { return c.get("cache") == "pool" || c.get("cache") == "spec"; }
+// Pool, spec and the serving cases (ckpt, accept) address states through slots, which the calling
+// convention has no argument for: torch-op reports them unsupported.
+bool has_slots(const Case& c) {
+  for (const char* m : {"pool", "spec", "ckpt", "accept"})
+    if (c.get("cache") == m) return true;
+  return false;
+}
 
 CaseResult run_one(Backend& b, const std::string& id = "gdr(layout=packed[20,0,30],seed=3)") {
   return run_case(prepare(Case::parse(id)), b);

@@ -1,0 +1,238 @@
+// The gdr serving kernel contracts (serving.h): slot tables, inputs, outputs and their
+// expectations. Both modes are evaluated as plain prefills of repacked pieces, like the pool modes
+// (operation.cc): ckpt block by block, each block's piece starting from the state its previous
+// block ended with; accept as one prefix per token from the accepted row.
+#include "ops/gdr/serving.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "ops/repack.h"
+#include "ops/schema.h"
+
+namespace deltacheck::ops::gdr {
+
+int64_t ckpt_block_size(const Params& p) { return p.calls; }
+
+int64_t ckpt_blocks(const Params& p, int64_t seq) {
+  const int64_t bs = ckpt_block_size(p);
+  return (p.layout.lengths[seq] + bs - 1) / bs;
+}
+
+int64_t ckpt_max_blocks(const Params& p) {
+  int64_t m = 1;
+  for (int64_t s = 0; s < p.N; ++s) m = std::max(m, ckpt_blocks(p, s));
+  return m;
+}
+
+namespace {
+
+// Fisher-Yates over [0, n) with the stream's uniforms from counter `at` on.
+std::vector<int64_t> shuffled(int64_t n, const Stream& st, uint64_t at) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  for (int64_t i = n - 1; i > 0; --i)
+    std::swap(order[i],
+              order[static_cast<int64_t>(st.uniform(at + i) * static_cast<double>(i + 1))]);
+  return order;
+}
+
+}  // namespace
+
+ServingSlots serving_slots(const Params& p) {
+  ServingSlots s;
+  const bool ckpt = p.cache == Cache::kCkpt;
+  s.columns = ckpt ? ckpt_max_blocks(p) : p.T;
+  s.first.assign(static_cast<size_t>(p.N), 0);
+  s.count.assign(static_cast<size_t>(p.N), 0);
+  s.table.assign(static_cast<size_t>(p.N * s.columns), -1);
+  for (int64_t q = 0; q < p.N; ++q) s.count[q] = ckpt ? ckpt_blocks(p, q) : p.T;
+  // Row 0 unused; then the sequences' ranges in shuffled order, an unused row after every other.
+  const Stream st(p.seed, "serving_slots");
+  const std::vector<int64_t> order = shuffled(p.N, st, 0);
+  int64_t row = 1;
+  uint64_t at = static_cast<uint64_t>(p.N);
+  for (int64_t i = 0; i < p.N; ++i) {
+    const int64_t q = order[i];
+    s.first[q] = row;
+    const std::vector<int64_t> inside = shuffled(s.count[q], st, at);
+    at += static_cast<uint64_t>(s.count[q]);
+    for (int64_t b = 0; b < s.count[q]; ++b)
+      s.table[q * s.columns + b] = static_cast<int32_t>(row + inside[b]);
+    row += s.count[q] + (i % 2 == 0 ? 1 : 0);
+  }
+  s.rows = row;
+  return s;
+}
+
+std::vector<int32_t> accepted_counts(const Params& p) {
+  const Stream st(p.seed, "num_accepted_tokens");
+  const int64_t shift = static_cast<int64_t>(st.uniform(0) * static_cast<double>(p.T));
+  std::vector<int32_t> a(static_cast<size_t>(p.N));
+  for (int64_t s = 0; s < p.N; ++s) a[s] = static_cast<int32_t>(1 + (s + shift) % p.T);
+  return a;
+}
+
+std::string check_serving(const Params& p) {
+  if (p.cache == Cache::kCkpt) {
+    if (p.calls < 16)
+      return "cache=ckpt takes the block size in calls: 16..2048 tokens (calls=" +
+             std::to_string(p.calls) + ")";
+    return "";
+  }
+  if (p.layout.kind != cases::Layout::Kind::kBatch)
+    return "cache=accept needs layout batch[NxT] (N sequences of 1 + k tokens)";
+  if (p.state == State::kNone)
+    return "cache=accept reads states from a pool: state must not be none";
+  return "";
+}
+
+void generate_serving(const Params& p, cases::TensorMap& m) {
+  const ServingSlots slots = serving_slots(p);
+  Tensor& pool = m.add(Tensor("state_pool", DType::kF32, {slots.rows, p.HV, p.K, p.V}));
+  const Stream sp(p.seed, "state_pool");
+  for (int64_t i = 0; i < pool.numel(); ++i) pool.set(i, static_cast<float>(0.5 * sp.normal(i)));
+  const bool ckpt = p.cache == Cache::kCkpt;
+  Tensor& table =
+      m.add(Tensor(ckpt ? "block_slots" : "state_indices", DType::kI32, {p.N, slots.columns}));
+  std::copy(slots.table.begin(), slots.table.end(), table.as<int32_t>());
+  if (ckpt) return;
+  const std::vector<int32_t> a = accepted_counts(p);
+  Tensor& acc = m.add(Tensor("num_accepted_tokens", DType::kI32, {p.N}));
+  std::copy(a.begin(), a.end(), acc.as<int32_t>());
+}
+
+std::vector<OutputSpec> serving_outputs(const Params& p) {
+  const ServingSlots slots = serving_slots(p);
+  const int64_t per = p.HV * p.K * p.V;
+  OutputSpec pool{"state_pool", DType::kF32, {slots.rows, p.HV, p.K, p.V}, p.dtype};
+  std::vector<bool> used(static_cast<size_t>(slots.rows), false);
+  for (int32_t r : slots.table)
+    if (r >= 0) used[r] = true;
+  for (int64_t r = 0; r < slots.rows; ++r)
+    if (!used[r])
+      pool.must_be_unchanged.push_back(
+          {r * per, (r + 1) * per, "slot " + std::to_string(r) + " (addressed by nobody)"});
+  return {{"o", p.dtype, {p.B, p.T, p.HV, p.V}}, pool};
+}
+
+std::vector<SeqSlice> serving_pool_slices(const Params& p) {
+  const ServingSlots slots = serving_slots(p);
+  const int64_t per = p.HV * p.K * p.V;
+  std::vector<SeqSlice> s;
+  for (int64_t q = 0; q < p.N; ++q)
+    s.push_back({q, slots.first[q] * per, (slots.first[q] + slots.count[q]) * per, 0});
+  return s;
+}
+
+namespace {
+
+// The inputs a prefill evaluation reads (no pool, slots or states).
+cases::TensorMap prefill_inputs(const cases::TensorMap& in) {
+  cases::TensorMap m;
+  for (const char* name : {"q", "k", "v", "g", "beta", "cu_seqlens"})
+    if (const Tensor* t = in.find(name)) m.add(*t);
+  return m;
+}
+
+// Runs `pieces` as one prefill, piece i starting from initial[i] (per doubles each).
+Values run_pieces(const cases::Case& c, const cases::TensorMap& in,
+                  const std::vector<Piece>& pieces, const std::vector<std::vector<double>>& initial,
+                  const Evaluate& eval) {
+  const Params d = decode(c);
+  const int64_t per = d.HV * d.K * d.V;
+  Repacked rp = repack(c, prefill_inputs(in), pieces,
+                       {{"cache", "prefill"}, {"state", "rand"}, {"calls", "3"}});
+  Tensor s0("initial_state", DType::kF32, {static_cast<int64_t>(pieces.size()), d.HV, d.K, d.V});
+  for (size_t i = 0; i < pieces.size(); ++i)
+    for (int64_t j = 0; j < per; ++j) s0.set(i * per + j, initial[i][j]);
+  rp.tensors.add(std::move(s0));
+  return eval(rp.c, rp.tensors);
+}
+
+// Copies piece rows of the repacked o into the case's o.
+void scatter_o(const Params& d, const std::vector<Piece>& pieces, const std::vector<double>& o,
+               std::vector<double>& dst, bool (*keep)(const Params&, const Piece&)) {
+  const int64_t row = d.HV * d.V;
+  int64_t token = 0;
+  for (const Piece& p : pieces) {
+    if (keep(d, p)) {
+      const int64_t at = token_row(d.layout, p.seq, p.offset);
+      std::copy_n(o.begin() + token * row, p.length * row, dst.begin() + at * row);
+    }
+    token += p.length;
+  }
+}
+
+Values evaluate_ckpt(const cases::Case& c, const cases::TensorMap& in, const Evaluate& eval) {
+  const Params d = decode(c);
+  const int64_t per = d.HV * d.K * d.V, bs = ckpt_block_size(d);
+  const ServingSlots slots = serving_slots(d);
+  Values out{{"o", std::vector<double>(static_cast<size_t>(d.B * d.T * d.HV * d.V), 0.0)},
+             {"state_pool", in.at("state_pool").to_double()}};
+  // Each sequence's running state, from its initial state.
+  std::vector<std::vector<double>> state(static_cast<size_t>(d.N),
+                                         std::vector<double>(static_cast<size_t>(per), 0.0));
+  if (const Tensor* s0 = in.find("initial_state"))
+    for (int64_t s = 0; s < d.N; ++s)
+      for (int64_t j = 0; j < per; ++j) state[s][j] = s0->get(s * per + j);
+  const cases::TensorMap tokens = prefill_inputs(in);
+  for (int64_t b = 0; b < ckpt_max_blocks(d); ++b) {
+    std::vector<Piece> pieces;
+    std::vector<std::vector<double>> initial;
+    for (int64_t s = 0; s < d.N; ++s) {
+      const int64_t len = d.layout.lengths[s];
+      if (b * bs >= len) continue;
+      pieces.push_back({s, b * bs, std::min(bs, len - b * bs)});
+      initial.push_back(state[s]);
+    }
+    if (pieces.empty()) continue;
+    const Values r = run_pieces(c, tokens, pieces, initial, eval);
+    scatter_o(d, pieces, r.at("o"), out["o"], [](const Params&, const Piece&) { return true; });
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const int64_t s = pieces[i].seq;
+      std::copy_n(r.at("final_state").begin() + static_cast<int64_t>(i) * per, per,
+                  state[s].begin());
+      const int32_t row = slots.table[s * slots.columns + b];
+      std::copy(state[s].begin(), state[s].end(), out["state_pool"].begin() + row * per);
+    }
+  }
+  return out;
+}
+
+Values evaluate_accept(const cases::Case& c, const cases::TensorMap& in, const Evaluate& eval) {
+  const Params d = decode(c);
+  const int64_t per = d.HV * d.K * d.V;
+  const int32_t* idx = in.at("state_indices").as<int32_t>();
+  const int32_t* acc = in.at("num_accepted_tokens").as<int32_t>();
+  const std::vector<double> pool = in.at("state_pool").to_double();
+  Values out{{"o", std::vector<double>(static_cast<size_t>(d.B * d.T * d.HV * d.V), 0.0)},
+             {"state_pool", pool}};
+  std::vector<Piece> pieces;
+  std::vector<std::vector<double>> initial;
+  for (int64_t s = 0; s < d.N; ++s) {
+    const int32_t from = idx[s * d.T + acc[s] - 1];
+    for (int64_t t = 1; t <= d.T; ++t) {
+      pieces.push_back({s, 0, t});
+      initial.emplace_back(pool.begin() + from * per, pool.begin() + (from + 1) * per);
+    }
+  }
+  const Values r = run_pieces(c, prefill_inputs(in), pieces, initial, eval);
+  scatter_o(d, pieces, r.at("o"), out["o"],
+            [](const Params& p, const Piece& x) { return x.length == p.T; });
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const int32_t row = idx[pieces[i].seq * d.T + pieces[i].length - 1];
+    std::copy_n(r.at("final_state").begin() + static_cast<int64_t>(i) * per, per,
+                out["state_pool"].begin() + row * per);
+  }
+  return out;
+}
+
+}  // namespace
+
+Values evaluate_serving(const cases::Case& c, const cases::TensorMap& in, const Evaluate& eval) {
+  return decode(c).cache == Cache::kCkpt ? evaluate_ckpt(c, in, eval)
+                                         : evaluate_accept(c, in, eval);
+}
+
+}  // namespace deltacheck::ops::gdr
