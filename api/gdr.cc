@@ -30,7 +30,7 @@ GdrCall gdr_problem(const Case& c, const TensorMap& inputs, TensorMap& outputs) 
   p.num_value_heads = k.num_value_heads;
   p.key_dim = k.key_dim;
   p.value_dim = k.value_dim;
-  p.dtype = cases::dtype_from_scalar(k.dtype);
+  p.dtype = (k.dtype);
   p.q = k.q;
   p.k = k.k;
   p.v = k.v;

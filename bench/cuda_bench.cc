@@ -128,7 +128,7 @@ kernels::GatedDeltaRuleParams params(const Shape& s, const Set& set, const int64
   p.num_value_heads = s.HV;
   p.key_dim = kDim;
   p.value_dim = kDim;
-  p.dtype = ScalarType::kBFloat16;
+  p.dtype = DType::kBF16;
   p.q = set.q->get();
   p.k = set.k->get();
   p.v = set.v->get();

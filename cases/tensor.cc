@@ -11,67 +11,14 @@
 
 namespace deltacheck::cases {
 
-const char* dtype_name(DType t) {
+DType kernel_dtype(DType t) {
   switch (t) {
     case DType::kF32:
-      return "fp32";
-    case DType::kBF16:
-      return "bf16";
-    case DType::kF16:
-      return "fp16";
-    case DType::kF64:
-      return "fp64";
-    case DType::kI32:
-      return "int32";
-    case DType::kI64:
-      return "int64";
-    case DType::kU8:
-      return "uint8";
-  }
-  return "?";
-}
-
-int dtype_size(DType t) {
-  switch (t) {
-    case DType::kF32:
-    case DType::kI32:
-      return 4;
-    case DType::kBF16:
-    case DType::kF16:
-      return 2;
-    case DType::kF64:
-    case DType::kI64:
-      return 8;
-    case DType::kU8:
-      return 1;
-  }
-  return 1;
-}
-
-bool is_floating(DType t) {
-  return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16 || t == DType::kF64;
-}
-
-DType dtype_from_scalar(ScalarType t) {
-  switch (t) {
-    case ScalarType::kFloat32:
       return DType::kF32;
-    case ScalarType::kBFloat16:
-      return DType::kBF16;
-    case ScalarType::kFloat16:
-      return DType::kF16;
-  }
-  return DType::kF32;
-}
-
-ScalarType scalar_from_dtype(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return ScalarType::kFloat32;
     case DType::kBF16:
-      return ScalarType::kBFloat16;
+      return DType::kBF16;
     case DType::kF16:
-      return ScalarType::kFloat16;
+      return DType::kF16;
     default:
       throw std::invalid_argument(std::string("not a kernel scalar type: ") + dtype_name(t));
   }

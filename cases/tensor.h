@@ -13,13 +13,12 @@
 
 namespace deltacheck::cases {
 
-enum class DType { kF32, kBF16, kF16, kF64, kI32, kI64, kU8 };
-
-const char* dtype_name(DType t);
-int dtype_size(DType t);
-bool is_floating(DType t);
-DType dtype_from_scalar(ScalarType t);
-ScalarType scalar_from_dtype(DType t);  // for kF32 / kBF16 / kF16
+using deltacheck::DType;  // core/dtype.h
+using deltacheck::dtype_name;
+using deltacheck::dtype_size;
+using deltacheck::is_floating;
+// t itself when the kernels compute in it (kF32 / kBF16 / kF16); throws std::invalid_argument.
+DType kernel_dtype(DType t);
 
 std::string shape_string(const std::vector<int64_t>& shape);
 

@@ -5,23 +5,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/dtype.h"
+
 namespace deltacheck {
-
-enum class ScalarType { kFloat32, kBFloat16, kFloat16 };
-
-inline const char* scalar_type_name(ScalarType t) {
-  switch (t) {
-    case ScalarType::kFloat32:
-      return "fp32";
-    case ScalarType::kBFloat16:
-      return "bf16";
-    case ScalarType::kFloat16:
-      return "fp16";
-  }
-  return "?";
-}
-
-inline int scalar_type_size(ScalarType t) { return t == ScalarType::kFloat32 ? 4 : 2; }
 
 inline uint32_t float_bits(float f) {
   uint32_t u;
@@ -81,29 +67,33 @@ inline uint16_t float_to_fp16(float f) {
 }
 
 // Load one element of a tensor stored in `t` as float.
-inline float load_as_float(const void* base, ScalarType t, int64_t i) {
+inline float load_as_float(const void* base, DType t, int64_t i) {
   switch (t) {
-    case ScalarType::kFloat32:
+    case DType::kF32:
       return static_cast<const float*>(base)[i];
-    case ScalarType::kBFloat16:
+    case DType::kBF16:
       return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case ScalarType::kFloat16:
+    case DType::kF16:
       return fp16_to_float(static_cast<const uint16_t*>(base)[i]);
+    default:  // not a storage type of the kernels: they reject it up front
+      break;
   }
   return 0.0f;
 }
 
 // Store a float into a tensor of type `t`, rounding to nearest even.
-inline void store_from_float(void* base, ScalarType t, int64_t i, float x) {
+inline void store_from_float(void* base, DType t, int64_t i, float x) {
   switch (t) {
-    case ScalarType::kFloat32:
+    case DType::kF32:
       static_cast<float*>(base)[i] = x;
       break;
-    case ScalarType::kBFloat16:
+    case DType::kBF16:
       static_cast<uint16_t*>(base)[i] = float_to_bf16(x);
       break;
-    case ScalarType::kFloat16:
+    case DType::kF16:
       static_cast<uint16_t*>(base)[i] = float_to_fp16(x);
+      break;
+    default:  // not a storage type of the kernels: they reject it up front
       break;
   }
 }

@@ -79,7 +79,7 @@ Status run_mask(const MaskProblem& p, cases::TensorMap& out) {
     // their own dtype, so the conversion is exact for a right builder).
     std::vector<float> f32(static_cast<size_t>(mask->numel()));
     s = Api::build_additive_mask(b, fill<Api>(p), f32.data());
-    const ScalarType st = cases::scalar_from_dtype(mask->dtype());
+    const DType st = cases::kernel_dtype(mask->dtype());
     if (s.ok())
       for (int64_t i = 0; i < mask->numel(); ++i) store_from_float(mask->data(), st, i, f32[i]);
   }

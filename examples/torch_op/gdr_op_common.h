@@ -31,19 +31,19 @@ struct GdrCall {
   bool empty = false;
 };
 
-inline deltacheck::ScalarType kernel_dtype(at::ScalarType t) {
+inline deltacheck::DType kernel_dtype(at::ScalarType t) {
   switch (t) {
     case at::kFloat:
-      return deltacheck::ScalarType::kFloat32;
+      return deltacheck::DType::kF32;
     case at::kBFloat16:
-      return deltacheck::ScalarType::kBFloat16;
+      return deltacheck::DType::kBF16;
     case at::kHalf:
-      return deltacheck::ScalarType::kFloat16;
+      return deltacheck::DType::kF16;
     default:
       break;
   }
   TORCH_CHECK(false, "q, k, v, beta must be float32, bfloat16 or float16, got ", t);
-  return deltacheck::ScalarType::kFloat32;  // not reached
+  return deltacheck::DType::kF32;  // not reached
 }
 
 inline GdrCall prepare_gdr_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

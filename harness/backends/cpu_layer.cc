@@ -22,7 +22,7 @@ kernels::cpu::LinearAttentionLayerParams layer_params(const cases::Case& c,
   p.key_dim = d.K;
   p.value_dim = d.V;
   p.conv_width = d.W;
-  p.dtype = cases::scalar_from_dtype(qkv.dtype());
+  p.dtype = cases::kernel_dtype(qkv.dtype());
   p.qkv = qkv.data();
   p.z = in.at("z").data();
   p.a = in.at("a").data();

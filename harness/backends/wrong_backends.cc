@@ -41,7 +41,7 @@ Status run_sequences(const GatedDeltaRuleParams& p, InitialFor initial_for) {
   const int64_t n = p.cu_seqlens ? p.num_seqs : p.batch;
   const int64_t per = p.num_value_heads * p.key_dim * p.value_dim;
   std::vector<float> carried(static_cast<size_t>(per), 0.0f), next(static_cast<size_t>(per));
-  const int64_t es = scalar_type_size(p.dtype);
+  const int64_t es = dtype_size(p.dtype);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t begin = p.cu_seqlens ? p.cu_seqlens[i] : i * p.seq_len;
     const int64_t len = p.cu_seqlens ? p.cu_seqlens[i + 1] - begin : p.seq_len;
@@ -141,7 +141,7 @@ class ReadoutBeforeUpdate : public WrongBackend {
     // running the one-token recurrence with beta = 0 for the read-out, token by token.
     const int64_t n = p.cu_seqlens ? p.num_seqs : p.batch;
     const int64_t per = p.num_value_heads * p.key_dim * p.value_dim;
-    const int64_t es = scalar_type_size(p.dtype);
+    const int64_t es = dtype_size(p.dtype);
     const int64_t HV = p.num_value_heads;
     std::vector<float> state(static_cast<size_t>(per)), zero_g(static_cast<size_t>(HV), 0.0f);
     std::vector<char> zero_beta(static_cast<size_t>(HV * es), 0);

@@ -43,7 +43,7 @@ Status run_sequences_backward(const GatedDeltaRuleBackwardParams& p, EndFor end_
   const kernels::GatedDeltaRuleParams& f = p.forward;
   const int64_t n = f.cu_seqlens ? f.num_seqs : f.batch;
   const int64_t H = f.num_heads, HV = f.num_value_heads, K = f.key_dim, V = f.value_dim;
-  const int64_t per = HV * K * V, es = scalar_type_size(f.dtype), tokens = f.batch * f.seq_len;
+  const int64_t per = HV * K * V, es = dtype_size(f.dtype), tokens = f.batch * f.seq_len;
   std::memset(p.dq, 0, tokens * H * K * es);
   std::memset(p.dk, 0, tokens * H * K * es);
   std::memset(p.dv, 0, tokens * HV * V * es);

@@ -11,21 +11,21 @@
 namespace deltacheck::kernels {
 
 struct GatedDeltaRuleParams {
-  int64_t batch = 1;            // B; must be 1 when cu_seqlens is given
-  int64_t seq_len = 0;          // T
-  int64_t num_heads = 1;        // H
-  int64_t num_value_heads = 1;  // HV, HV % H == 0 (value head i uses q/k head i / (HV / H))
-  int64_t key_dim = 0;          // K (the CUDA kernels: at most 128)
-  int64_t value_dim = 0;        // V
-  ScalarType dtype = ScalarType::kFloat32;  // of q, k, v, beta and o
-  const void* q = nullptr;                  // [B, T, H, K]
-  const void* k = nullptr;                  // [B, T, H, K]
-  const void* v = nullptr;                  // [B, T, HV, V]
-  const float* g = nullptr;                 // [B, T, HV] fp32 log-space decay
-  const void* beta = nullptr;               // [B, T, HV]
-  void* o = nullptr;                        // [B, T, HV, V]
-  const int64_t* cu_seqlens = nullptr;      // [num_seqs + 1] or nullptr (num_seqs = B)
-  int64_t num_seqs = 0;                     // used only with cu_seqlens
+  int64_t batch = 1;                    // B; must be 1 when cu_seqlens is given
+  int64_t seq_len = 0;                  // T
+  int64_t num_heads = 1;                // H
+  int64_t num_value_heads = 1;          // HV, HV % H == 0 (value head i uses q/k head i / (HV / H))
+  int64_t key_dim = 0;                  // K (the CUDA kernels: at most 128)
+  int64_t value_dim = 0;                // V
+  DType dtype = DType::kF32;            // of q, k, v, beta and o
+  const void* q = nullptr;              // [B, T, H, K]
+  const void* k = nullptr;              // [B, T, H, K]
+  const void* v = nullptr;              // [B, T, HV, V]
+  const float* g = nullptr;             // [B, T, HV] fp32 log-space decay
+  const void* beta = nullptr;           // [B, T, HV]
+  void* o = nullptr;                    // [B, T, HV, V]
+  const int64_t* cu_seqlens = nullptr;  // [num_seqs + 1] or nullptr (num_seqs = B)
+  int64_t num_seqs = 0;                 // used only with cu_seqlens
   // States are fp32 [rows, HV, K, V]. Sequence i reads row state_slots[i] (or i when state_slots
   // is nullptr) of initial_state, and writes the same row of final_state. A negative slot marks a
   // padding entry: nothing of it is read, written or computed (its output stays untouched).

@@ -23,6 +23,7 @@ inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 Status check(const CausalConv1dParams& p) {
   if (p.batch < 1 || p.seq_len < 0) return Status::InvalidArgument("batch must be >= 1, T >= 0");
   if (p.channels < 1) return Status::InvalidArgument("channels must be >= 1");
+  if (Status st = check_dtype(p.dtype, "x and out"); !st.ok()) return st;
   if (p.width < 2 || p.width > 4)
     return Status::Unsupported("conv width " + std::to_string(p.width) + " (supported: 2..4)");
   if (!p.x || !p.out || !p.weight) return Status::InvalidArgument("x, out and weight are required");
@@ -175,6 +176,7 @@ Status causal_conv1d(const CausalConv1dParams& p) {
 Status causal_conv1d_update(const CausalConv1dUpdateParams& p) {
   if (p.num_seqs < 0 || p.channels < 1)
     return Status::InvalidArgument("num_seqs must be >= 0 and channels >= 1");
+  if (Status st = check_dtype(p.dtype, "x and out"); !st.ok()) return st;
   if (p.width < 2 || p.width > 4)
     return Status::Unsupported("conv width " + std::to_string(p.width) + " (supported: 2..4)");
   if (!p.x || !p.out || !p.weight || !p.state)

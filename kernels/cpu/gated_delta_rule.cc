@@ -14,6 +14,7 @@
 namespace deltacheck::kernels::cpu {
 Status check_gated_delta_rule_params(const GatedDeltaRuleParams& p) {
   if (p.batch < 1 || p.seq_len < 0) return Status::InvalidArgument("batch must be >= 1, T >= 0");
+  if (Status st = check_dtype(p.dtype, "q, k, v, beta and o"); !st.ok()) return st;
   if (p.num_heads < 1 || p.num_value_heads < 1 || p.key_dim < 1 || p.value_dim < 1)
     return Status::InvalidArgument("head counts and head dims must be >= 1");
   if (p.num_value_heads % p.num_heads != 0) return Status::InvalidArgument("HV % H != 0");
@@ -136,7 +137,7 @@ struct TokenRows {
 };
 
 TokenRows token_rows(const GatedDeltaRuleParams& p, const Lane& L, int64_t qk_head, int64_t t) {
-  const int64_t es = scalar_type_size(p.dtype);
+  const int64_t es = dtype_size(p.dtype);
   const int64_t qk_bytes = p.key_dim * es, v_bytes = p.value_dim * es;
   const int64_t qk_row = (L.row * p.seq_len + t) * p.num_heads + qk_head;
   const int64_t v_row = (L.row * p.seq_len + t) * p.num_value_heads + L.head;

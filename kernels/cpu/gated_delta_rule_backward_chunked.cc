@@ -197,7 +197,7 @@ void lane_backward(const GatedDeltaRuleBackwardParams& bp, const Lane& L, Scratc
   // The rows of one head are H (or HV) rows apart, which the hardware prefetchers do not follow:
   // the next chunk's rows are requested while this one computes, a few tokens after each product
   // (a burst of them all would overflow the miss buffers, which then drop prefetches).
-  const int64_t es = scalar_type_size(p.dtype);
+  const int64_t es = dtype_size(p.dtype);
   int64_t pf_next = 0, pf_end = 0;
   bool pf_q = false;
   auto prefetch_some = [&](int64_t count) {

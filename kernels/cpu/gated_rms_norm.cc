@@ -7,6 +7,7 @@
 
 #include "core/parallel_for.h"
 #include "kernels/cpu/row_conversion.h"
+#include "kernels/cpu/sequence_checks.h"
 
 namespace deltacheck::kernels::cpu {
 namespace {
@@ -33,6 +34,7 @@ Status gated_rms_norm(const GatedRmsNormParams& p) {
   if (!p.x || !p.z || !p.weight || !p.y)
     return Status::InvalidArgument("x, z, weight and y are required");
   if (!(p.eps >= 0.0f)) return Status::InvalidArgument("eps must be >= 0");
+  if (Status st = check_dtype(p.dtype, "x, z and y"); !st.ok()) return st;
   const int64_t rows = p.num_tokens * p.num_heads;
   const int64_t rows_per_task = std::max<int64_t>(1, kElementsPerTask / p.dim);
   const int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;

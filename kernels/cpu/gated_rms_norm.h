@@ -10,14 +10,14 @@
 namespace deltacheck::kernels::cpu {
 
 struct GatedRmsNormParams {
-  int64_t num_tokens = 0;                   // T
-  int64_t num_heads = 0;                    // HV
-  int64_t dim = 0;                          // V, the normalized dimension
-  ScalarType dtype = ScalarType::kFloat32;  // of x, z and y
-  const void* x = nullptr;                  // [T, HV, V]
-  const void* z = nullptr;                  // [T, HV, V], the gate
-  const float* weight = nullptr;            // [V]
-  void* y = nullptr;                        // [T, HV, V]; may alias x
+  int64_t num_tokens = 0;         // T
+  int64_t num_heads = 0;          // HV
+  int64_t dim = 0;                // V, the normalized dimension
+  DType dtype = DType::kF32;      // of x, z and y
+  const void* x = nullptr;        // [T, HV, V]
+  const void* z = nullptr;        // [T, HV, V], the gate
+  const float* weight = nullptr;  // [V]
+  void* y = nullptr;              // [T, HV, V]; may alias x
   float eps = 1e-6f;
   int num_threads = 0;  // 0: all hardware threads
 };

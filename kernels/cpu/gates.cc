@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/parallel_for.h"
+#include "kernels/cpu/sequence_checks.h"
 
 namespace deltacheck::kernels::cpu {
 namespace {
@@ -25,6 +26,7 @@ Status gates(const GatesParams& p) {
     return Status::InvalidArgument("num_tokens must be >= 0 and num_value_heads >= 1");
   if (!p.a || !p.b || !p.A_log || !p.dt_bias || !p.g || !p.beta)
     return Status::InvalidArgument("a, b, A_log, dt_bias, g and beta are required");
+  if (Status st = check_dtype(p.dtype, "a, b and beta"); !st.ok()) return st;
   const int64_t HV = p.num_value_heads;
   std::vector<float> decay_rate(static_cast<size_t>(HV));  // exp(A_log), once per head
   for (int64_t h = 0; h < HV; ++h) decay_rate[h] = std::exp(p.A_log[h]);

@@ -11,16 +11,16 @@
 namespace deltacheck::kernels::cpu {
 
 struct GatesParams {
-  int64_t num_tokens = 0;                   // T (any leading dimensions flattened)
-  int64_t num_value_heads = 0;              // HV
-  ScalarType dtype = ScalarType::kFloat32;  // of a, b and beta
-  const void* a = nullptr;                  // [T, HV]
-  const void* b = nullptr;                  // [T, HV]
-  const float* A_log = nullptr;             // [HV]
-  const float* dt_bias = nullptr;           // [HV]
-  float* g = nullptr;                       // [T, HV] fp32
-  void* beta = nullptr;                     // [T, HV]
-  int num_threads = 0;                      // 0: all hardware threads
+  int64_t num_tokens = 0;          // T (any leading dimensions flattened)
+  int64_t num_value_heads = 0;     // HV
+  DType dtype = DType::kF32;       // of a, b and beta
+  const void* a = nullptr;         // [T, HV]
+  const void* b = nullptr;         // [T, HV]
+  const float* A_log = nullptr;    // [HV]
+  const float* dt_bias = nullptr;  // [HV]
+  float* g = nullptr;              // [T, HV] fp32
+  void* beta = nullptr;            // [T, HV]
+  int num_threads = 0;             // 0: all hardware threads
 };
 
 Status gates(const GatesParams& p);

@@ -22,6 +22,7 @@ constexpr int64_t kTokensPerSplitTask = 256;
 
 Status check(const LinearAttentionLayerParams& p) {
   if (p.seq_len < 0) return Status::InvalidArgument("seq_len must be >= 0");
+  if (Status st = check_dtype(p.dtype, "activations"); !st.ok()) return st;
   if (p.num_heads < 1 || p.num_value_heads < 1 || p.key_dim < 1 || p.value_dim < 1)
     return Status::InvalidArgument("head counts and head dims must be >= 1");
   if (p.num_value_heads % p.num_heads != 0) return Status::InvalidArgument("HV % H != 0");
@@ -176,7 +177,7 @@ Status linear_attention_layer(const LinearAttentionLayerParams& p) {
   if (Status st = check(p); !st.ok()) return st;
   const int64_t T = p.seq_len, H = p.num_heads, HV = p.num_value_heads;
   const int64_t K = p.key_dim, V = p.value_dim, D = qkv_channels(p);
-  const int64_t es = scalar_type_size(p.dtype);
+  const int64_t es = dtype_size(p.dtype);
   // Workspaces in the activation dtype; never empty, so no step sees a null buffer when T == 0.
   auto workspace = [&](int64_t elements) {
     return std::vector<unsigned char>(static_cast<size_t>(std::max<int64_t>(elements, 1) * es));

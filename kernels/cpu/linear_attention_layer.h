@@ -17,22 +17,22 @@
 namespace deltacheck::kernels::cpu {
 
 struct LinearAttentionLayerParams {
-  int64_t seq_len = 0;                      // T, all sequences packed
-  int64_t num_heads = 1;                    // H (q, k heads)
-  int64_t num_value_heads = 1;              // HV; HV % H == 0
-  int64_t key_dim = 0;                      // K
-  int64_t value_dim = 0;                    // V
-  int64_t conv_width = 4;                   // W; 2, 3 or 4
-  ScalarType dtype = ScalarType::kFloat32;  // of qkv, z, a, b, out and the intermediates
-  const void* qkv = nullptr;                // [T, D], D = 2*H*K + HV*V, channels q | k | v
-  const void* z = nullptr;                  // [T, HV, V], the output gate
-  const void* a = nullptr;                  // [T, HV], decay projection
-  const void* b = nullptr;                  // [T, HV], beta projection
-  const float* conv_weight = nullptr;       // [D, W]
-  const float* conv_bias = nullptr;         // [D] or nullptr
-  const float* A_log = nullptr;             // [HV]
-  const float* dt_bias = nullptr;           // [HV]
-  const float* norm_weight = nullptr;       // [V]
+  int64_t seq_len = 0;                 // T, all sequences packed
+  int64_t num_heads = 1;               // H (q, k heads)
+  int64_t num_value_heads = 1;         // HV; HV % H == 0
+  int64_t key_dim = 0;                 // K
+  int64_t value_dim = 0;               // V
+  int64_t conv_width = 4;              // W; 2, 3 or 4
+  DType dtype = DType::kF32;           // of qkv, z, a, b, out and the intermediates
+  const void* qkv = nullptr;           // [T, D], D = 2*H*K + HV*V, channels q | k | v
+  const void* z = nullptr;             // [T, HV, V], the output gate
+  const void* a = nullptr;             // [T, HV], decay projection
+  const void* b = nullptr;             // [T, HV], beta projection
+  const float* conv_weight = nullptr;  // [D, W]
+  const float* conv_bias = nullptr;    // [D] or nullptr
+  const float* A_log = nullptr;        // [HV]
+  const float* dt_bias = nullptr;      // [HV]
+  const float* norm_weight = nullptr;  // [V]
   float norm_eps = 1e-6f;
   void* out = nullptr;                  // [T, HV, V]
   const int64_t* cu_seqlens = nullptr;  // [num_seqs + 1]; nullptr: one sequence of T tokens

@@ -102,6 +102,7 @@ Status recurrent_decode(const RecurrentDecodeParams& p) {
   if (p.num_heads < 1 || p.num_value_heads < 1 || p.key_dim < 1 || p.value_dim < 1)
     return Status::InvalidArgument("head counts and head dims must be >= 1");
   if (p.num_value_heads % p.num_heads != 0) return Status::InvalidArgument("HV % H != 0");
+  if (Status st = check_dtype(p.dtype, "q, k, v, beta and o"); !st.ok()) return st;
   if (!p.q || !p.k || !p.v || !p.g || !p.beta || !p.o || !p.state)
     return Status::InvalidArgument("q, k, v, g, beta, o and state are required");
   const int64_t rows = p.num_state_rows > 0 ? p.num_state_rows : p.num_seqs;

@@ -8,9 +8,17 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace deltacheck::kernels::cpu {
+
+// The CPU kernels compute in fp32 / bf16 / fp16 storage only.
+inline Status check_dtype(DType t, const char* what) {
+  if (is_kernel_dtype(t)) return Status::Ok();
+  return Status::Unsupported(std::string(what) + " dtype " + dtype_name(t) +
+                             " (supported: fp32, bf16, fp16)");
+}
 
 // cu_seqlens[0..num_seqs] must start at 0, never decrease and end at seq_len.
 inline Status check_cu_seqlens(const int64_t* cu_seqlens, int64_t num_seqs, int64_t seq_len) {

@@ -14,15 +14,15 @@ namespace {
 
 int64_t sequence_count(const CausalConv1dParams& p) { return p.cu_seqlens ? p.num_seqs : p.batch; }
 
-Status check_width_and_dtype(int64_t width, ScalarType dtype) {
+Status check_width_and_dtype(int64_t width, DType dtype) {
   if (width < 1) return Status::InvalidArgument("width must be >= 1");
   if (width > conv::kMaxWidth) {
     return Status::Unsupported("width " + std::to_string(width) +
                                " > 8: the per-thread window is sized for 8 taps");
   }
-  if (dtype != ScalarType::kFloat32 && dtype != ScalarType::kBFloat16 &&
-      dtype != ScalarType::kFloat16)
-    return Status::InvalidArgument("unknown dtype");
+  if (!is_kernel_dtype(dtype))
+    return Status::Unsupported(std::string("dtype ") + dtype_name(dtype) +
+                               " (supported: fp32, bf16, fp16)");
   return Status::Ok();
 }
 
@@ -98,14 +98,17 @@ Status causal_conv1d(const CausalConv1dParams& p, cudaStream_t stream) {
   if (a.num_seqs == 0) return Status::Ok();
   const int64_t num_tokens = p.batch * p.seq_len;
   switch (p.dtype) {
-    case ScalarType::kFloat32:
+    case DType::kF32:
       return launch_prefill<float>(a, num_tokens, stream);
-    case ScalarType::kBFloat16:
+    case DType::kBF16:
       return launch_prefill<__nv_bfloat16>(a, num_tokens, stream);
-    case ScalarType::kFloat16:
+    case DType::kF16:
       return launch_prefill<__half>(a, num_tokens, stream);
+    default:
+      break;
   }
-  return Status::InvalidArgument("unknown dtype");
+  return Status::Unsupported(std::string("dtype ") + dtype_name(p.dtype) +
+                             " (supported: fp32, bf16, fp16)");
 }
 
 Status causal_conv1d_update(const CausalConv1dUpdateParams& p, cudaStream_t stream) {
@@ -132,14 +135,17 @@ Status causal_conv1d_update(const CausalConv1dUpdateParams& p, cudaStream_t stre
   a.num_state_rows = p.num_state_rows > 0 ? p.num_state_rows : p.num_seqs;
   if (a.num_seqs == 0) return Status::Ok();
   switch (p.dtype) {
-    case ScalarType::kFloat32:
+    case DType::kF32:
       return launch_update<float>(a, stream);
-    case ScalarType::kBFloat16:
+    case DType::kBF16:
       return launch_update<__nv_bfloat16>(a, stream);
-    case ScalarType::kFloat16:
+    case DType::kF16:
       return launch_update<__half>(a, stream);
+    default:
+      break;
   }
-  return Status::InvalidArgument("unknown dtype");
+  return Status::Unsupported(std::string("dtype ") + dtype_name(p.dtype) +
+                             " (supported: fp32, bf16, fp16)");
 }
 
 }  // namespace deltacheck::kernels::cuda

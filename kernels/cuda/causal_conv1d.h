@@ -20,18 +20,18 @@
 namespace deltacheck::kernels::cuda {
 
 struct CausalConv1dParams {
-  int64_t batch = 1;                        // B; must be 1 when cu_seqlens is given
-  int64_t seq_len = 0;                      // T
-  int64_t channels = 0;                     // D
-  int64_t width = 4;                        // W, 1..8 (others: Unsupported)
-  ScalarType dtype = ScalarType::kFloat32;  // of x and out
-  const void* x = nullptr;                  // [B, T, D]
-  void* out = nullptr;                      // [B, T, D]
-  const float* weight = nullptr;            // [D, W]; weight[d, W-1] multiplies the current token
-  const float* bias = nullptr;              // [D] or nullptr
-  bool silu = true;                         // SiLU activation; false: identity
-  const int64_t* cu_seqlens = nullptr;      // [num_seqs + 1] or nullptr (num_seqs = B)
-  int64_t num_seqs = 0;                     // used only with cu_seqlens
+  int64_t batch = 1;                    // B; must be 1 when cu_seqlens is given
+  int64_t seq_len = 0;                  // T
+  int64_t channels = 0;                 // D
+  int64_t width = 4;                    // W, 1..8 (others: Unsupported)
+  DType dtype = DType::kF32;            // of x and out
+  const void* x = nullptr;              // [B, T, D]
+  void* out = nullptr;                  // [B, T, D]
+  const float* weight = nullptr;        // [D, W]; weight[d, W-1] multiplies the current token
+  const float* bias = nullptr;          // [D] or nullptr
+  bool silu = true;                     // SiLU activation; false: identity
+  const int64_t* cu_seqlens = nullptr;  // [num_seqs + 1] or nullptr (num_seqs = B)
+  int64_t num_seqs = 0;                 // used only with cu_seqlens
   // Conv states are fp32 [rows, D, W-1]. Sequence i reads row state_slots[i] (or i) of
   // initial_state and writes the same row of final_state. A negative slot marks a padding entry:
   // nothing of it is read, written or computed (its output rows included). initial_state ==
@@ -56,14 +56,14 @@ Status causal_conv1d(const CausalConv1dParams& p, cudaStream_t stream);
 
 // One decode step, in place: one new token per sequence against its row of the conv-state pool.
 struct CausalConv1dUpdateParams {
-  int64_t num_seqs = 0;                     // N
-  int64_t channels = 0;                     // D
-  int64_t width = 4;                        // W, 1..8
-  ScalarType dtype = ScalarType::kFloat32;  // of x and out
-  const void* x = nullptr;                  // [N, D]
-  void* out = nullptr;                      // [N, D]
-  const float* weight = nullptr;            // [D, W]
-  const float* bias = nullptr;              // [D] or nullptr
+  int64_t num_seqs = 0;           // N
+  int64_t channels = 0;           // D
+  int64_t width = 4;              // W, 1..8
+  DType dtype = DType::kF32;      // of x and out
+  const void* x = nullptr;        // [N, D]
+  void* out = nullptr;            // [N, D]
+  const float* weight = nullptr;  // [D, W]
+  const float* bias = nullptr;    // [D] or nullptr
   bool silu = true;
   float* state = nullptr;                // fp32 [num_state_rows, D, W-1], read and shifted in place
   const int32_t* state_slots = nullptr;  // [N]; nullptr: sequence i uses row i; negative: padding

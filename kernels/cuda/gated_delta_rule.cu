@@ -93,14 +93,17 @@ Status run(Algorithm algo, const GatedDeltaRuleParams& p, float* token_states,
   const gdr::KernelArgs a = make_args(p, token_states);
   if (a.num_items == 0) return Status::Ok();
   switch (p.dtype) {
-    case ScalarType::kFloat32:
+    case DType::kF32:
       return launch<float>(algo, a, stream);
-    case ScalarType::kBFloat16:
+    case DType::kBF16:
       return launch<__nv_bfloat16>(algo, a, stream);
-    case ScalarType::kFloat16:
+    case DType::kF16:
       return launch<__half>(algo, a, stream);
+    default:
+      break;
   }
-  return Status::InvalidArgument("gated delta rule: unknown dtype");
+  return Status::Unsupported(std::string("gated delta rule: dtype ") + dtype_name(p.dtype) +
+                             " (supported: fp32, bf16, fp16)");
 }
 
 // What both kernels require (the recurrent kernel ignores chunk_size).
@@ -111,9 +114,9 @@ Status check_common(const GatedDeltaRuleParams& p) {
   if (p.num_value_heads % p.num_heads != 0) return Status::InvalidArgument("HV % H != 0");
   if (!p.q || !p.k || !p.v || !p.g || !p.beta || !p.o)
     return Status::InvalidArgument("q, k, v, g, beta and o are required");
-  if (p.dtype != ScalarType::kFloat32 && p.dtype != ScalarType::kBFloat16 &&
-      p.dtype != ScalarType::kFloat16)
-    return Status::InvalidArgument("unknown dtype");
+  if (p.dtype != DType::kF32 && p.dtype != DType::kBF16 && p.dtype != DType::kF16)
+    return Status::Unsupported(std::string("dtype ") + dtype_name(p.dtype) +
+                               " (supported: fp32, bf16, fp16)");
   if (p.key_dim > gdr::kMaxKeyDim) {
     return Status::Unsupported("key_dim " + std::to_string(p.key_dim) +
                                " > 128: q/k tiles and per-thread state rows are sized for 128");

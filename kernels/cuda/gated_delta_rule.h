@@ -47,13 +47,13 @@ struct RecurrentDecodeParams {
   int64_t num_value_heads = 1;  // HV, HV % H == 0 (value head i uses q/k head i / (HV / H))
   int64_t key_dim = 0;          // K, at most 128
   int64_t value_dim = 0;        // V
-  ScalarType dtype = ScalarType::kFloat32;  // of q, k, v, beta and o
-  const void* q = nullptr;                  // [N, tokens, H, K]
-  const void* k = nullptr;                  // [N, tokens, H, K]
-  const void* v = nullptr;                  // [N, tokens, HV, V]
-  const float* g = nullptr;                 // [N, tokens, HV] fp32 log-space decay
-  const void* beta = nullptr;               // [N, tokens, HV]
-  void* o = nullptr;                        // [N, tokens, HV, V]
+  DType dtype = DType::kF32;    // of q, k, v, beta and o
+  const void* q = nullptr;      // [N, tokens, H, K]
+  const void* k = nullptr;      // [N, tokens, H, K]
+  const void* v = nullptr;      // [N, tokens, HV, V]
+  const float* g = nullptr;     // [N, tokens, HV] fp32 log-space decay
+  const void* beta = nullptr;   // [N, tokens, HV]
+  void* o = nullptr;            // [N, tokens, HV, V]
   // fp32 [num_state_rows, HV, K, V]: sequence i starts from row state_slots[i] (or i) and leaves
   // there the state after its last token. A negative slot marks a padding entry: nothing of it is
   // read, written or computed (its outputs and token states included).

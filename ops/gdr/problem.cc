@@ -11,7 +11,7 @@ kernels::GatedDeltaRuleParams kernel_dims(const Params& d) {
   p.num_value_heads = d.HV;
   p.key_dim = d.K;
   p.value_dim = d.V;
-  p.dtype = cases::scalar_from_dtype(d.dtype);
+  p.dtype = cases::kernel_dtype(d.dtype);
   p.use_qk_l2norm = d.l2;
   return p;
 }

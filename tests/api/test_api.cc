@@ -35,7 +35,7 @@ dc::Status recurrent_kernel(const dc::GdrProblem& p) {
   k.num_value_heads = p.num_value_heads;
   k.key_dim = p.key_dim;
   k.value_dim = p.value_dim;
-  k.dtype = dc::cases::scalar_from_dtype(p.dtype);
+  k.dtype = dc::cases::kernel_dtype(p.dtype);
   k.q = p.q, k.k = p.k, k.v = p.v, k.g = p.g, k.beta = p.beta, k.o = p.o;
   k.cu_seqlens = p.cu_seqlens;
   k.num_seqs = p.cu_seqlens ? p.num_seqs : 0;

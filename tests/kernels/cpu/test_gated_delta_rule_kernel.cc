@@ -152,5 +152,20 @@ TEST(ChunkedKernel, RejectsInvalidArguments) {
   EXPECT_NE(st.message().find("slot 9"), std::string::npos) << st.message();
 }
 
+// DType is one enum from the generator to the kernels: the kernels name the types they do not
+// compute in instead of reading the buffers as something else.
+TEST(ChunkedKernel, RejectsDtypesItDoesNotComputeIn) {
+  const Problem pb({0, 10, 20});
+  std::vector<float> o;
+  for (DType t : {DType::kF64, DType::kI32, DType::kU8}) {
+    GatedDeltaRuleParams p = pb.params(o);
+    p.dtype = t;
+    for (const Status& st : {chunked_gated_delta_rule(p), recurrent_gated_delta_rule(p)}) {
+      EXPECT_EQ(st.code(), StatusCode::kUnsupported) << dtype_name(t);
+      EXPECT_NE(st.message().find(dtype_name(t)), std::string::npos) << st.message();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deltacheck::kernels::cpu

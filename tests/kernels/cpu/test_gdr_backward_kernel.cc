@@ -27,25 +27,23 @@ using Rng = test_support::SplitMix64;
 
 // A tensor stored in `type` (as raw bytes) and the same values in FP64 for the reference.
 struct Tensor {
-  ScalarType type;
+  DType type;
   std::vector<uint16_t> half;
   std::vector<float> f32;
   std::vector<double> f64;
-  Tensor(ScalarType t, int64_t n) : type(t) {
-    if (t == ScalarType::kFloat32)
+  Tensor(DType t, int64_t n) : type(t) {
+    if (t == DType::kF32)
       f32.assign(static_cast<size_t>(n), NAN);
     else
       half.assign(static_cast<size_t>(n), 0x7fc0);  // NaN in bf16 and fp16 alike
   }
-  void* data() {
-    return type == ScalarType::kFloat32 ? static_cast<void*>(f32.data()) : half.data();
-  }
+  void* data() { return type == DType::kF32 ? static_cast<void*>(f32.data()) : half.data(); }
   int64_t size() const {
-    return static_cast<int64_t>(type == ScalarType::kFloat32 ? f32.size() : half.size());
+    return static_cast<int64_t>(type == DType::kF32 ? f32.size() : half.size());
   }
   double at(int64_t i) const { return load_as_float(cdata(), type, i); }
   const void* cdata() const {
-    return type == ScalarType::kFloat32 ? static_cast<const void*>(f32.data()) : half.data();
+    return type == DType::kF32 ? static_cast<const void*>(f32.data()) : half.data();
   }
   void fill(Rng& r, double lo, double hi) {
     f64.resize(static_cast<size_t>(size()));
@@ -58,7 +56,7 @@ struct Tensor {
 
 struct Case {
   std::string name;
-  ScalarType dt;
+  DType dt;
   std::vector<int64_t> cu;  // empty: B rows of T tokens
   int64_t T, H, HV, K, V;
   double g_lo;
@@ -68,7 +66,7 @@ struct Case {
 
 struct Problem {
   Case c;
-  ScalarType dt;
+  DType dt;
   int64_t B, T, H, HV, K, V;
   std::vector<int64_t> cu;
   Tensor q, k, v, g, beta, dout, h0, dht;  // g, h0, dht: fp32
@@ -85,11 +83,11 @@ struct Problem {
         q(dt, B * T * H * K),
         k(dt, B * T * H * K),
         v(dt, B * T * HV * V),
-        g(ScalarType::kFloat32, B * T * HV),
+        g(DType::kF32, B * T * HV),
         beta(dt, B * T * HV),
         dout(dt, B * T * HV * V),
-        h0(ScalarType::kFloat32, n() * HV * K * V),
-        dht(ScalarType::kFloat32, n() * HV * K * V) {
+        h0(DType::kF32, n() * HV * K * V),
+        dht(DType::kF32, n() * HV * K * V) {
     Rng r{7 + static_cast<uint64_t>(T)};
     q.fill(r, -1, 1), k.fill(r, -1, 1), v.fill(r, -1, 1), g.fill(r, c.g_lo, 0);
     beta.fill(r, 0.05, 1.0), dout.fill(r, -1, 1), h0.fill(r, -0.5, 0.5), dht.fill(r, -1, 1);
@@ -116,9 +114,9 @@ struct Grads {
       : dq(p.dt, p.B * p.T * p.H * p.K),
         dk(p.dt, p.B * p.T * p.H * p.K),
         dv(p.dt, p.B * p.T * p.HV * p.V),
-        dg(ScalarType::kFloat32, p.B * p.T * p.HV),
+        dg(DType::kF32, p.B * p.T * p.HV),
         dbeta(p.dt, p.B * p.T * p.HV),
-        dh0(ScalarType::kFloat32, p.n() * p.HV * p.K * p.V) {}
+        dh0(DType::kF32, p.n() * p.HV * p.K * p.V) {}
 };
 
 GatedDeltaRuleBackwardParams params(Problem& p, Grads& d) {
@@ -153,13 +151,15 @@ double rel_rms(const Tensor& got, const std::vector<double>& want) {
 // fp32, and dg, dh0 always) 2e-6, ten times the largest error measured here (1.9e-7, dbeta),
 // which leaves room for other compilers' FMA contraction while a lost term or a wrong sign of
 // any one token's contribution is orders of magnitude above it.
-double bound(ScalarType stored) {
+double bound(DType stored) {
   switch (stored) {
-    case ScalarType::kBFloat16:
+    case DType::kBF16:
       return 2 * 0x1p-8;
-    case ScalarType::kFloat16:
+    case DType::kF16:
       return 2 * 0x1p-11;
-    case ScalarType::kFloat32:
+    case DType::kF32:
+      break;
+    default:
       break;
   }
   return 2e-6;
@@ -201,23 +201,15 @@ TEST_P(BackwardKernel, MatchesTheFp64Backward) {
 const Case kCases[] = {
     // Empty sequences first, inside and last; a tail past cu_seqlens[-1]; a sequence longer than
     // one 64-token block.
-    {"fp32_packed_gva", ScalarType::kFloat32, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3},
-    {"fp32_odd_dims_strong_decay", ScalarType::kFloat32, {0, 65, 65, 129}, 129, 1, 2, 13, 7, -20},
-    {"bf16_packed_gva", ScalarType::kBFloat16, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3},
-    {"fp16_packed_gva", ScalarType::kFloat16, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3},
+    {"fp32_packed_gva", DType::kF32, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3},
+    {"fp32_odd_dims_strong_decay", DType::kF32, {0, 65, 65, 129}, 129, 1, 2, 13, 7, -20},
+    {"bf16_packed_gva", DType::kBF16, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3},
+    {"fp16_packed_gva", DType::kF16, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3},
     // Chunk-edge lengths 63, 64, 65, 1 and an empty last sequence, a tail of 7; weak and strong
     // gates (g down to -20: decays of 2e-9 per token).
-    {"fp32_chunk_edges_gva",
-     ScalarType::kFloat32,
-     {0, 63, 127, 192, 193, 193},
-     200,
-     2,
-     4,
-     32,
-     24,
-     -3},
+    {"fp32_chunk_edges_gva", DType::kF32, {0, 63, 127, 192, 193, 193}, 200, 2, 4, 32, 24, -3},
     {"fp32_chunk_edges_strong_decay",
-     ScalarType::kFloat32,
+     DType::kF32,
      {0, 63, 127, 192, 193, 193},
      200,
      2,
@@ -225,9 +217,9 @@ const Case kCases[] = {
      16,
      16,
      -20},
-    {"bf16_chunk_edges", ScalarType::kBFloat16, {0, 63, 127, 192, 193, 193}, 200, 2, 4, 32, 24, -3},
+    {"bf16_chunk_edges", DType::kBF16, {0, 63, 127, 192, 193, 193}, 200, 2, 4, 32, 24, -3},
     {"fp16_chunk_edges_strong_decay",
-     ScalarType::kFloat16,
+     DType::kF16,
      {0, 63, 127, 192, 193, 193},
      200,
      2,
@@ -237,53 +229,17 @@ const Case kCases[] = {
      -20},
     // B rows without cu_seqlens (the "rows past the first" bug class), GVA 4, without the norm,
     // initial states or dht.
-    {"fp32_batch_rows_bare",
-     ScalarType::kFloat32,
-     {},
-     90,
-     1,
-     4,
-     16,
-     16,
-     -1,
-     3,
-     false,
-     false,
-     false},
-    {"bf16_batch_rows_l2_dht",
-     ScalarType::kBFloat16,
-     {},
-     70,
-     2,
-     2,
-     16,
-     8,
-     -1,
-     2,
-     true,
-     false,
-     true},
+    {"fp32_batch_rows_bare", DType::kF32, {}, 90, 1, 4, 16, 16, -1, 3, false, false, false},
+    {"bf16_batch_rows_l2_dht", DType::kBF16, {}, 70, 2, 2, 16, 8, -1, 2, true, false, true},
     // Without GVA the chunked kernel finishes dq and dk in the lane: without the norm too.
-    {"fp32_batch_rows_no_gva_no_l2",
-     ScalarType::kFloat32,
-     {},
-     130,
-     2,
-     2,
-     16,
-     16,
-     -1,
-     2,
-     false,
-     false,
-     true},
+    {"fp32_batch_rows_no_gva_no_l2", DType::kF32, {}, 130, 2, 2, 16, 16, -1, 2, false, false, true},
 };
 
 INSTANTIATE_TEST_SUITE_P(Cpu, BackwardKernel, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return info.param.name; });
 
 TEST(BackwardKernelContract, DeadTokensZeroPoolRowsUntouchedSameBitsForAnyThreadCount) {
-  Problem p({"", ScalarType::kFloat32, {0, 20, 50, 60}, 70, 1, 2, 8, 5, -2});
+  Problem p({"", DType::kF32, {0, 20, 50, 60}, 70, 1, 2, 8, 5, -2});
   const int64_t row = p.HV * p.K * p.V;
   // Sequence i uses pool row {2, -1, 0}[i]; row 1 and 3 belong to nobody.
   const std::vector<int32_t> slots{2, -1, 0};
@@ -342,7 +298,7 @@ TEST(BackwardKernelContract, DeadTokensZeroPoolRowsUntouchedSameBitsForAnyThread
 }
 
 TEST(BackwardKernelContract, Dh0InPlaceOnDhtEqualsSeparateBuffers) {
-  Problem p({"", ScalarType::kFloat32, {0, 30, 30, 75}, 80, 2, 4, 12, 9, -2});
+  Problem p({"", DType::kF32, {0, 30, 30, 75}, 80, 2, 4, 12, 9, -2});
   for (const Kernel& kernel : kKernels) {
     Grads apart(p), in_place(p);
     ASSERT_TRUE(kernel.run(params(p, apart)).ok());
@@ -367,7 +323,7 @@ TEST(BackwardKernelContract, Dh0InPlaceOnDhtEqualsSeparateBuffers) {
 // The chunked and the recurrent kernel compute the same gradients by different arithmetic: they
 // agree to fp32 rounding on every tensor, over several chunks with states and GVA.
 TEST(BackwardKernelContract, ChunkedAgreesWithRecurrent) {
-  Problem p({"", ScalarType::kFloat32, {0, 1, 130, 130, 300}, 310, 2, 4, 32, 32, -1});
+  Problem p({"", DType::kF32, {0, 1, 130, 130, 300}, 310, 2, 4, 32, 32, -1});
   Grads chunked(p), recurrent(p);
   ASSERT_TRUE(chunked_gated_delta_rule_backward(params(p, chunked)).ok());
   ASSERT_TRUE(recurrent_gated_delta_rule_backward(params(p, recurrent)).ok());
@@ -385,7 +341,7 @@ TEST(BackwardKernelContract, ChunkedAgreesWithRecurrent) {
 
 // The entry point runs the chunked kernel unless asked for the recurrent one, bit for bit.
 TEST(BackwardKernelContract, EntryPointDispatches) {
-  Problem p({"", ScalarType::kFloat32, {0, 70, 100}, 100, 1, 2, 8, 8, -1});
+  Problem p({"", DType::kF32, {0, 70, 100}, 100, 1, 2, 8, 8, -1});
   Grads entry(p), chunked(p), entry_rec(p), recurrent(p);
   ASSERT_TRUE(gated_delta_rule_backward(params(p, entry)).ok());
   ASSERT_TRUE(chunked_gated_delta_rule_backward(params(p, chunked)).ok());
@@ -404,7 +360,7 @@ TEST(BackwardKernelContract, EntryPointDispatches) {
 // every digit of the tiny ones, which the tensor-wide error hides. Element by element, the
 // chunked kernel's dg stays within a relative error of fp32 rounding times the chunk.
 TEST(BackwardKernelContract, ChunkedDgElementwiseUnderStrongDecay) {
-  Case c{"", ScalarType::kFloat32, {0, 64, 64, 150}, 150, 1, 2, 16, 16, -20};
+  Case c{"", DType::kF32, {0, 64, 64, 150}, 150, 1, 2, 16, 16, -20};
   Problem p(c);
   // Every 3rd token weak (g in [-0.5, 0)), the others strong: some chunks' sums then mix both.
   for (int64_t i = 0; i < p.g.size(); ++i)
@@ -433,7 +389,7 @@ TEST(BackwardKernelContract, ChunkedDgElementwiseUnderStrongDecay) {
 }
 
 TEST(BackwardKernelContract, RejectsInvalidArguments) {
-  Problem p({"", ScalarType::kFloat32, {0, 10, 20}, 20, 1, 1, 4, 4, -1});
+  Problem p({"", DType::kF32, {0, 10, 20}, 20, 1, 1, 4, 4, -1});
   for (const Kernel& kernel : kKernels) {
     Grads d(p);
     GatedDeltaRuleBackwardParams b = params(p, d);

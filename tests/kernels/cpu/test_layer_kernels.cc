@@ -40,41 +40,47 @@ uint64_t mix(uint64_t z) {  // splitmix64 finalizer
 }
 
 // The value `x` takes once stored in `t`.
-double round_to(double x, ScalarType t) {
+double round_to(double x, DType t) {
   const float f = static_cast<float>(x);
   switch (t) {
-    case ScalarType::kFloat32:
+    case DType::kF32:
       return f;
-    case ScalarType::kBFloat16:
+    case DType::kBF16:
       return bf16_to_float(float_to_bf16(f));
-    case ScalarType::kFloat16:
+    case DType::kF16:
       return fp16_to_float(float_to_fp16(f));
+    default:
+      break;
   }
   return f;
 }
 
 // Unit roundoff of a storage type: the relative error one rounding to it may add.
-double roundoff(ScalarType t) {
+double roundoff(DType t) {
   switch (t) {
-    case ScalarType::kFloat32:
+    case DType::kF32:
       return 0x1.0p-24;
-    case ScalarType::kBFloat16:
+    case DType::kBF16:
       return 0x1.0p-8;
-    case ScalarType::kFloat16:
+    case DType::kF16:
       return 0x1.0p-11;
+    default:
+      break;
   }
   return 0.0;
 }
 
 // Half the smallest positive value of a storage type: what a value may lose by rounding to 0.
-double underflow(ScalarType t) {
+double underflow(DType t) {
   switch (t) {
-    case ScalarType::kFloat32:
+    case DType::kF32:
       return 0x1.0p-150;
-    case ScalarType::kBFloat16:
+    case DType::kBF16:
       return 0x1.0p-134;
-    case ScalarType::kFloat16:
+    case DType::kF16:
       return 0x1.0p-25;
+    default:
+      break;
   }
   return 0.0;
 }
@@ -105,7 +111,7 @@ struct TokenRef {
 // [tokens.size(), width] values of one tensor, rounded to `t`.
 std::vector<double> gather(const TokenSource& src, uint64_t tensor,
                            const std::vector<TokenRef>& tokens, int64_t width, double lo, double hi,
-                           ScalarType t) {
+                           DType t) {
   std::vector<double> x;
   x.reserve(tokens.size() * static_cast<size_t>(width));
   for (const TokenRef& r : tokens)
@@ -143,15 +149,15 @@ std::vector<float> to_float(const std::vector<double>& x) { return {x.begin(), x
 class Buffer {
  public:
   // Every element NaN, so unwritten elements show.
-  static Buffer poisoned(int64_t n, ScalarType t) {
+  static Buffer poisoned(int64_t n, DType t) {
     Buffer b(t);
-    if (t == ScalarType::kFloat32)
+    if (t == DType::kF32)
       b.f32_.assign(static_cast<size_t>(n), std::numeric_limits<float>::quiet_NaN());
     else
-      b.f16_.assign(static_cast<size_t>(n), t == ScalarType::kBFloat16 ? 0x7fc0 : 0x7e00);
+      b.f16_.assign(static_cast<size_t>(n), t == DType::kBF16 ? 0x7fc0 : 0x7e00);
     return b;
   }
-  static Buffer of(const std::vector<double>& x, ScalarType t) {
+  static Buffer of(const std::vector<double>& x, DType t) {
     Buffer b = poisoned(static_cast<int64_t>(x.size()), t);
     for (size_t i = 0; i < x.size(); ++i)
       store_from_float(b.data(), t, i, static_cast<float>(x[i]));
@@ -165,8 +171,8 @@ class Buffer {
   int64_t size() const { return static_cast<int64_t>(f32_.empty() ? f16_.size() : f32_.size()); }
 
  private:
-  explicit Buffer(ScalarType t) : type_(t) {}
-  ScalarType type_;
+  explicit Buffer(DType t) : type_(t) {}
+  DType type_;
   std::vector<float> f32_;
   std::vector<uint16_t> f16_;
 };
@@ -251,12 +257,9 @@ void expect_untouched_rows(const Pool& before, const Pool& after,
     }
 }
 
-std::string dtype_name(const ::testing::TestParamInfo<ScalarType>& i) {
-  return scalar_type_name(i.param);
-}
+std::string dtype_name(const ::testing::TestParamInfo<DType>& i) { return dtype_name(i.param); }
 
-const auto kAllTypes =
-    ::testing::Values(ScalarType::kFloat32, ScalarType::kBFloat16, ScalarType::kFloat16);
+const auto kAllTypes = ::testing::Values(DType::kF32, DType::kBF16, DType::kF16);
 
 // ---------------------------------------------------------------------------------------------
 // causal conv1d
@@ -264,14 +267,14 @@ const auto kAllTypes =
 enum Tensor : uint64_t { kQkv, kZ, kA, kB, kQ, kK, kV, kG, kBeta };
 
 struct ConvCase {
-  ScalarType dtype;
+  DType dtype;
   int64_t width;
 };
 
 // One conv setup (weights, bias, a conv-state pool with slots) shared by the kernel and the
 // reference runs of a test.
 struct PooledConv {
-  ScalarType dt;
+  DType dt;
   int64_t D, W;
   std::vector<int32_t> slots;
   std::vector<double> weight = weights(1, D*W, -1.0, 1.0), bias = weights(2, D, -0.5, 0.5);
@@ -383,7 +386,7 @@ TEST_P(CausalConv1dKernel, PackedPrefillMatchesReference) {
 
 // The batched [B, T, D] layout, no states in, final states to a separate buffer, no slots.
 TEST_P(CausalConv1dKernel, BatchedMatchesReference) {
-  const ScalarType dt = GetParam().dtype;
+  const DType dt = GetParam().dtype;
   const int64_t W = GetParam().width, D = 40, B = 3, T = 37, S = W - 1;
   const TokenSource src(200 + W);
   std::vector<TokenRef> toks;
@@ -458,14 +461,14 @@ TEST_P(CausalConv1dKernel, DecodeStepsEqualPrefillOfConcatenation) {
   c.expect_final_states(want);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    TypesAndWidths, CausalConv1dKernel,
-    ::testing::Values(ConvCase{ScalarType::kFloat32, 2}, ConvCase{ScalarType::kFloat32, 3},
-                      ConvCase{ScalarType::kFloat32, 4}, ConvCase{ScalarType::kBFloat16, 4},
-                      ConvCase{ScalarType::kFloat16, 3}),
-    [](const ::testing::TestParamInfo<ConvCase>& i) {
-      return std::string(scalar_type_name(i.param.dtype)) + "_W" + std::to_string(i.param.width);
-    });
+INSTANTIATE_TEST_SUITE_P(TypesAndWidths, CausalConv1dKernel,
+                         ::testing::Values(ConvCase{DType::kF32, 2}, ConvCase{DType::kF32, 3},
+                                           ConvCase{DType::kF32, 4}, ConvCase{DType::kBF16, 4},
+                                           ConvCase{DType::kF16, 3}),
+                         [](const ::testing::TestParamInfo<ConvCase>& i) {
+                           return std::string(dtype_name(i.param.dtype)) + "_W" +
+                                  std::to_string(i.param.width);
+                         });
 
 TEST(CausalConv1dKernelArgs, RejectsWhatItCannotRun) {
   const float x[8] = {}, w[8] = {};
@@ -495,10 +498,10 @@ TEST(CausalConv1dKernelArgs, RejectsWhatItCannotRun) {
 // ---------------------------------------------------------------------------------------------
 // gates and gated RMS norm
 
-class GatesKernel : public ::testing::TestWithParam<ScalarType> {};
+class GatesKernel : public ::testing::TestWithParam<DType> {};
 
 TEST_P(GatesKernel, MatchesReference) {
-  const ScalarType dt = GetParam();
+  const DType dt = GetParam();
   const int64_t T = 300, HV = 6;
   const TokenSource src(400);
   std::vector<TokenRef> toks;
@@ -541,10 +544,10 @@ TEST_P(GatesKernel, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Types, GatesKernel, kAllTypes, dtype_name);
 
-class GatedRmsNormKernel : public ::testing::TestWithParam<ScalarType> {};
+class GatedRmsNormKernel : public ::testing::TestWithParam<DType> {};
 
 TEST_P(GatedRmsNormKernel, MatchesReference) {
-  const ScalarType dt = GetParam();
+  const DType dt = GetParam();
   const int64_t T = 37, HV = 3, V = 100;
   const TokenSource src(500);
   std::vector<TokenRef> toks;
@@ -585,7 +588,7 @@ INSTANTIATE_TEST_SUITE_P(Types, GatedRmsNormKernel, kAllTypes, dtype_name);
 // A gated-delta-rule problem whose tokens are addressed by (sequence, position).
 struct RuleProblem {
   int64_t H = 2, HV = 4, K = 20, V = 12;  // GVA 2, dims off the vector width
-  ScalarType dt;
+  DType dt;
   TokenSource src{600};
   bool l2norm = true;
   double qk_range = 1.0;  // q, k in [-qk_range, qk_range]
@@ -601,7 +604,7 @@ struct RuleProblem {
     return gather(src, kV, t, HV * V, -1.0, 1.0, dt);
   }
   std::vector<double> g(const std::vector<TokenRef>& t) const {
-    return gather(src, kG, t, HV, -1.5, -0.01, ScalarType::kFloat32);
+    return gather(src, kG, t, HV, -1.5, -0.01, DType::kF32);
   }
   std::vector<double> beta(const std::vector<TokenRef>& t) const {
     return gather(src, kBeta, t, HV, 0.05, 0.95, dt);
@@ -668,9 +671,9 @@ struct DecodeBuffers {
 };
 
 // Output tolerance of the fp32 recurrence plus one rounding of the output to the dtype.
-double decode_rtol(ScalarType dt) { return 1e-4 + roundoff(dt); }
+double decode_rtol(DType dt) { return 1e-4 + roundoff(dt); }
 
-class RecurrentDecodeKernel : public ::testing::TestWithParam<ScalarType> {};
+class RecurrentDecodeKernel : public ::testing::TestWithParam<DType> {};
 
 // The pool holds the reference state after each sequence's prefix; decode steps of one token
 // each, in place, then match the reference prefill of prefix + steps.
@@ -856,7 +859,7 @@ TEST(RecurrentDecodeKernelArgs, RejectsSharedOrOutOfRangeSlots) {
 struct LayerProblem {
   int64_t H = 2, HV = 4, K = 16, V = 12, W = 4;
   int64_t D() const { return 2 * H * K + HV * V; }
-  ScalarType dt;
+  DType dt;
   TokenSource src{700};
   std::vector<double> conv_weight = weights(20, D() * W, -0.8, 0.8),
                       conv_bias = weights(21, D(), -0.2, 0.2), A_log = weights(22, HV, -1.5, 0.5),
@@ -949,14 +952,16 @@ struct LayerProblem {
 // intermediates are rounded to the activation dtype between steps (as the model does), so for
 // bf16 / fp16 the error is several roundings deep (measured: about 6e-3 and 7e-4 of the largest
 // value, 3e-7 for fp32); the bounds are still far below what a leak or a lost state gives.
-double layer_rtol(ScalarType dt) {
+double layer_rtol(DType dt) {
   switch (dt) {
-    case ScalarType::kFloat32:
+    case DType::kF32:
       return 1e-5;
-    case ScalarType::kBFloat16:
+    case DType::kBF16:
       return 2.5e-2;
-    case ScalarType::kFloat16:
+    case DType::kF16:
       return 3e-3;
+    default:
+      break;
   }
   return 0.0;
 }
@@ -990,7 +995,7 @@ void expect_pools_match(const LayerProblem& pr, const ref::LinearAttentionLayerR
 
 // One call in place on the two pools with padding entries equals the reference (the conv state
 // exactly); padding entries and rows nobody addresses are not touched.
-void expect_pooled_call_matches(ScalarType dt, const std::vector<int64_t>& lens,
+void expect_pooled_call_matches(DType dt, const std::vector<int64_t>& lens,
                                 const std::vector<int32_t>& slots, int64_t rows, int64_t chunk_size,
                                 bool decode) {
   LayerProblem pr;
@@ -1011,7 +1016,7 @@ void expect_pooled_call_matches(ScalarType dt, const std::vector<int64_t>& lens,
   expect_untouched_rows(conv_before, conv, slots);
 }
 
-class LinearAttentionLayerKernel : public ::testing::TestWithParam<ScalarType> {};
+class LinearAttentionLayerKernel : public ::testing::TestWithParam<DType> {};
 
 TEST_P(LinearAttentionLayerKernel, PackedWithPoolsMatchesReference) {
   expect_pooled_call_matches(GetParam(), {0, 40, 1, 0, 17, 5, 23, 0}, {0, 5, 2, 7, -1, 3, 1, 6},
@@ -1075,7 +1080,7 @@ INSTANTIATE_TEST_SUITE_P(Types, LinearAttentionLayerKernel, kAllTypes, dtype_nam
 // before any state is touched.
 TEST(LinearAttentionLayerKernelArgs, DecodeRejectsSequencesOfOtherLengths) {
   LayerProblem pr;
-  pr.dt = ScalarType::kFloat32;
+  pr.dt = DType::kF32;
   for (const std::vector<int64_t>& lens : std::vector<std::vector<int64_t>>{{1, 2}, {1, 0, 1}}) {
     const std::vector<int32_t> slots = {0, 1, 2};
     const Packing pk = pack(std::vector<int64_t>(lens.size(), 0), lens);
@@ -1094,7 +1099,7 @@ TEST(LinearAttentionLayerKernelArgs, DecodeRejectsSequencesOfOtherLengths) {
 // A call the layer rejects changes nothing, not even the conv states its first step would write.
 TEST(LinearAttentionLayerKernelArgs, RejectedCallWritesNothing) {
   LayerProblem pr;
-  pr.dt = ScalarType::kFloat32;
+  pr.dt = DType::kF32;
   pr.HV = 3;  // HV % H != 0: only the rule step would notice
   const std::vector<int64_t> cu = {0, 4};
   const std::vector<int32_t> slots = {0};

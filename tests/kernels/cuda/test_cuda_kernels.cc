@@ -107,23 +107,21 @@ class DeviceBuffer {
 
 // ---- values in a storage dtype ---------------------------------------------------------------
 
-std::vector<uint8_t> encode(const std::vector<float>& x, ScalarType t) {
-  std::vector<uint8_t> bytes(x.size() * static_cast<size_t>(scalar_type_size(t)));
+std::vector<uint8_t> encode(const std::vector<float>& x, DType t) {
+  std::vector<uint8_t> bytes(x.size() * static_cast<size_t>(dtype_size(t)));
   for (size_t i = 0; i < x.size(); ++i)
     store_from_float(bytes.data(), t, static_cast<int64_t>(i), x[i]);
   return bytes;
 }
 
-std::vector<float> decode(const std::vector<uint8_t>& bytes, ScalarType t) {
-  std::vector<float> x(bytes.size() / static_cast<size_t>(scalar_type_size(t)));
+std::vector<float> decode(const std::vector<uint8_t>& bytes, DType t) {
+  std::vector<float> x(bytes.size() / static_cast<size_t>(dtype_size(t)));
   for (size_t i = 0; i < x.size(); ++i)
     x[i] = load_as_float(bytes.data(), t, static_cast<int64_t>(i));
   return x;
 }
 
-std::vector<float> rounded(const std::vector<float>& x, ScalarType t) {
-  return decode(encode(x, t), t);
-}
+std::vector<float> rounded(const std::vector<float>& x, DType t) { return decode(encode(x, t), t); }
 
 std::vector<double> widen(const std::vector<float>& x) { return {x.begin(), x.end()}; }
 
@@ -169,14 +167,16 @@ std::string describe(const char* what, const Error& e) {
 
 // Relative RMS ceilings of one kernel output against the oracle, per dtype of o (docs/tolerance.md:
 // about 5e-3 for bf16 / fp16; fp32 far tighter). States are fp32 whatever the input dtype.
-double output_ceiling(ScalarType t) {
+double output_ceiling(DType t) {
   switch (t) {
-    case ScalarType::kFloat32:
+    case DType::kF32:
       return 5e-6;
-    case ScalarType::kBFloat16:
+    case DType::kBF16:
       return 5e-3;
-    case ScalarType::kFloat16:
+    case DType::kF16:
       return 1e-3;
+    default:
+      break;
   }
   return 0.0;
 }
@@ -185,9 +185,7 @@ constexpr double kStateCeiling = 5e-6;
 // The floor of "at most twice the same-precision recurrence's error": about fp32 rounding of the
 // outputs themselves. Low enough that accumulating the gates in fp32 (G_i - G_j cancelling at
 // |G| ~ 600) fails the strong-decay case, which it does at about 8x the recurrence's error.
-double comparison_floor(ScalarType t) {
-  return t == ScalarType::kFloat32 ? 3e-7 : 0.1 * output_ceiling(t);
-}
+double comparison_floor(DType t) { return t == DType::kF32 ? 3e-7 : 0.1 * output_ceiling(t); }
 
 // ---- gated delta rule ------------------------------------------------------------------------
 
@@ -195,7 +193,7 @@ struct GdrCase {
   std::vector<int64_t> lens;  // packed sequences (cu_seqlens); empty: batch x seq_len
   int64_t batch = 1, seq_len = 0;
   int64_t heads = 1, value_heads = 1, key_dim = 64, value_dim = 64;
-  ScalarType dtype = ScalarType::kFloat32;
+  DType dtype = DType::kF32;
   bool l2norm = true;
   double g_lo = -1.0, g_hi = 0.0;
   bool initial_state = true;
@@ -285,7 +283,7 @@ GdrOutputs gdr_run(const GdrCase& c, const GdrData& d, Kernel kernel) {
   DeviceBuffer q(encode(d.q, c.dtype)), k(encode(d.k, c.dtype)), v(encode(d.v, c.dtype));
   DeviceBuffer g(d.g), beta(encode(d.beta, c.dtype));
   DeviceBuffer o(static_cast<size_t>(c.tokens() * c.value_heads * c.value_dim) *
-                 static_cast<size_t>(scalar_type_size(c.dtype)));
+                 static_cast<size_t>(dtype_size(c.dtype)));
   o.fill(kPoison);
   DeviceBuffer cu(d.cu), slots(c.slots), pool(d.pool);
 
@@ -333,7 +331,7 @@ GdrErrors gdr_compare(const GdrCase& c, const GdrData& d,
   GdrErrors e;
   const std::vector<float> o = decode(out.o, c.dtype);
   const int64_t row = c.value_heads * c.value_dim;  // o elements per token
-  const auto esize = static_cast<size_t>(scalar_type_size(c.dtype));
+  const auto esize = static_cast<size_t>(dtype_size(c.dtype));
   std::vector<bool> row_written(static_cast<size_t>(c.rows()), false);
   for (int64_t i = 0; i < c.num_seqs(); ++i) {
     const int64_t begin = c.packed() ? d.cu[static_cast<size_t>(i)] : i * c.seq_len;
@@ -453,7 +451,7 @@ TEST(CudaGatedDeltaRule, BFloat16) {
   c.heads = 1;
   c.value_heads = 2;
   c.key_dim = c.value_dim = 128;
-  c.dtype = ScalarType::kBFloat16;
+  c.dtype = DType::kBF16;
   c.g_lo = -20.0;
   c.g_hi = -1e-4;
   c.seed = 15;
@@ -465,7 +463,7 @@ TEST(CudaGatedDeltaRule, Float16) {
   GdrCase c;
   c.lens = {70, 3};
   c.value_heads = 2;
-  c.dtype = ScalarType::kFloat16;
+  c.dtype = DType::kF16;
   c.seed = 16;
   check_gdr_case(c);
 }
@@ -563,7 +561,7 @@ TEST(CudaGatedDeltaRule, ChunkedPrefillSplitAcrossCalls) {
   for (size_t i = 0; i < state.size(); ++i) es.add(ref.final_state[i], state[i]);
   ASSERT_GT(eo.ref_norm(), 0.0);
   EXPECT_EQ(eo.non_finite, 0);
-  EXPECT_LE(eo.rel_rms(), output_ceiling(ScalarType::kFloat32)) << describe("o", eo);
+  EXPECT_LE(eo.rel_rms(), output_ceiling(DType::kF32)) << describe("o", eo);
   EXPECT_LE(es.rel_rms(), kStateCeiling) << describe("state", es);
 }
 
@@ -651,7 +649,7 @@ TEST(CudaGatedDeltaRule, RecurrentDecodeWithTokenStates) {
     EXPECT_LE(es.rel_rms(), kStateCeiling) << "after " << m << " tokens: " << describe("state", es);
     if (m == T) {
       EXPECT_EQ(eo.non_finite, 0);
-      EXPECT_LE(eo.rel_rms(), output_ceiling(ScalarType::kFloat32)) << describe("o", eo);
+      EXPECT_LE(eo.rel_rms(), output_ceiling(DType::kF32)) << describe("o", eo);
     }
   }
   for (int64_t r : {2, 4, 6}) {  // rows no sequence addresses
@@ -687,7 +685,7 @@ TEST(CudaGatedDeltaRuleChecks, ReportsWhatItCannotRun) {
 struct ConvCase {
   std::vector<int64_t> lens;
   int64_t channels = 48, width = 4;
-  ScalarType dtype = ScalarType::kFloat32;
+  DType dtype = DType::kF32;
   bool bias = true, silu = true;
   std::vector<int32_t> slots;
   std::vector<uint8_t> has_initial_state;  // empty: all
@@ -733,7 +731,7 @@ void check_conv_case(const ConvCase& c) {
 
   DeviceBuffer dx(encode(x, c.dtype)), dw(weight), db(bias), dcu(cu), dslots(c.slots), dpool(pool),
       dhas(c.has_initial_state);
-  DeviceBuffer dout(static_cast<size_t>(T * D) * static_cast<size_t>(scalar_type_size(c.dtype)));
+  DeviceBuffer dout(static_cast<size_t>(T * D) * static_cast<size_t>(dtype_size(c.dtype)));
   dout.fill(kPoison);
   CausalConv1dParams p;
   p.seq_len = T;
@@ -759,7 +757,7 @@ void check_conv_case(const ConvCase& c) {
 
   Error e;
   std::vector<bool> written(static_cast<size_t>(rows), false);
-  const auto esize = static_cast<size_t>(scalar_type_size(c.dtype));
+  const auto esize = static_cast<size_t>(dtype_size(c.dtype));
   for (int64_t i = 0; i < N; ++i) {
     const int64_t b = cu[static_cast<size_t>(i)], end = cu[static_cast<size_t>(i + 1)];
     if (slot(i) < 0) {
@@ -786,7 +784,7 @@ void check_conv_case(const ConvCase& c) {
   }
   ASSERT_GT(e.ref_norm(), 0.0);
   EXPECT_EQ(e.non_finite, 0) << describe("out", e);
-  EXPECT_LE(e.rel_rms(), c.dtype == ScalarType::kFloat32 ? 1e-6 : output_ceiling(c.dtype))
+  EXPECT_LE(e.rel_rms(), c.dtype == DType::kF32 ? 1e-6 : output_ceiling(c.dtype))
       << describe("out", e);
 }
 
@@ -806,7 +804,7 @@ TEST(CudaCausalConv1d, BFloat16WidthTwoNoBiasNoSilu) {
   ConvCase c;
   c.lens = {1, 40, 0, 3};
   c.width = 2;
-  c.dtype = ScalarType::kBFloat16;
+  c.dtype = DType::kBF16;
   c.bias = false;
   c.silu = false;
   c.seed = 32;
