@@ -57,7 +57,7 @@ kernel, which a case's g and beta cannot be fed to exactly) and the conversions:
     use_qk_l2norm_in_kernel = the case's l2. cache=none passes zeros (vLLM zeroes the rows of
     requests without an initial state). Declines spec (it writes no per-token state; vLLM runs
     speculative decoding through the recurrent kernel).
-  accept (ops/gdr/serving.h; lands with the ckpt branch): the case's state_indices [N, T] and
+  accept (ops/gdr/serving.h, docs/serving.md): the case's state_indices [N, T] and
     num_accepted_tokens [N] are vLLM's arguments already (count includes the bonus token); they
     pass through (rows + 1) and the pool is updated in place. chunk declines it; both decline
     cache=ckpt (vLLM's block checkpoints come from FlashInfer's chunked prefill, not these).
@@ -248,7 +248,7 @@ def run_fused_recurrent(case, fn, dev, wrong=None):
 
 
 def run_accept(case, fn, dev, wrong=None):
-    """cache=accept (ops/gdr/serving.h, from the ckpt branch): the case is vLLM's speculative
+    """cache=accept (ops/gdr/serving.h, docs/serving.md): the case is vLLM's speculative
     verify call itself: state_indices [N, T] and num_accepted_tokens [N] pass through as
     ssm_state_indices and num_accepted_tokens (rows shifted by one for the null row 0), and the
     kernel updates the pool in place."""
