@@ -59,6 +59,10 @@ class Backend {
                             const cases::TensorMap& inputs, cases::TensorMap& outputs) {
     return run(c, inputs, outputs);
   }
+  // True when run_driven does more than run: the runtime keeps memory across a scenario's calls
+  // (`memory`). An isolated backend (--isolate) runs such calls in this process, since a child's
+  // memory would be lost with it; the others' calls still run in a child.
+  virtual bool keeps_call_memory() const { return false; }
 };
 
 struct BackendInfo {

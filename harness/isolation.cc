@@ -215,6 +215,17 @@ class IsolatedBackend : public Backend {
     return run_isolated([&](cases::TensorMap& out) { return inner_->run(c, inputs, out); }, outputs,
                         options_);
   }
+  // A driven call (a serving scenario's) goes to the inner backend's run_driven, not its run: a
+  // runtime's own handling of the call is what is judged. Where that keeps memory across calls it
+  // runs here (a child's memory dies with it); otherwise in a child like any call.
+  Status run_driven(const ops::DrivenCall& call, DriveMemory& memory, const cases::Case& c,
+                    const cases::TensorMap& inputs, cases::TensorMap& outputs) override {
+    if (inner_->keeps_call_memory()) return inner_->run_driven(call, memory, c, inputs, outputs);
+    return run_isolated(
+        [&](cases::TensorMap& out) { return inner_->run_driven(call, memory, c, inputs, out); },
+        outputs, options_);
+  }
+  bool keeps_call_memory() const override { return inner_->keeps_call_memory(); }
 
  private:
   std::unique_ptr<Backend> inner_;

@@ -23,6 +23,7 @@ using cases::TensorMap;
 class WrongServeBackend : public Backend {
  public:
   bool deliberately_wrong() const override { return true; }
+  bool keeps_call_memory() const override { return true; }
   Support supports(const cases::Case& c) const override {
     if (c.op() != "gdr") return Support::No("serving scenarios' gdr calls only");
     return Support::Yes();

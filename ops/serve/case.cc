@@ -81,15 +81,16 @@ void serve_suite(SuiteBuilder& b, Tier t) {
   const SuiteParams base{{"requests", "6"}, {"lanes", "3"}, {"prompt", "40"}, {"block", "16"},
                          {"spec", "3"},     {"steps", "8"}, {"seed", "1"}};
   auto add = [&](const SuiteParams& over) { b.add("serve", merge(base, over)); };
-  // Smoke: shared prefixes with speculative decoding, and plain decode.
+  // Smoke: shared prefixes with speculative decoding, plain decode, and one lane every request
+  // reuses (each wrong:serve-* runtime fails at least one smoke scenario: the panel checks it).
   add({});
   add({{"spec", "0"}, {"steps", "12"}, {"seed", "2"}});
+  add({{"requests", "8"}, {"lanes", "1"}, {"spec", "2"}, {"seed", "5"}});
   if (tier < 1) return;
   // Gate: every acceptance rule, blocks that are not a multiple of the chunk size, fp16/bf16,
   // one lane (every request reuses it), GVA and odd head dims.
   add({{"accept", "none"}, {"seed", "3"}});
   add({{"accept", "all"}, {"block", "20"}, {"seed", "4"}});
-  add({{"requests", "8"}, {"lanes", "1"}, {"spec", "2"}, {"seed", "5"}});
   add({{"dtype", "bf16"}, {"gate", "strong"}, {"seed", "6"}});
   add({{"dtype", "fp16"}, {"H", "2"}, {"HV", "4"}, {"K", "20"}, {"V", "12"}, {"seed", "7"}});
   add({{"prompt", "150"}, {"block", "64"}, {"spec", "4"}, {"steps", "20"}, {"seed", "8"}});

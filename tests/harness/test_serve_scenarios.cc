@@ -9,6 +9,7 @@
 #include "cases/suites.h"
 #include "harness/backend.h"
 #include "harness/call_plan.h"
+#include "harness/isolation.h"
 #include "harness/runner.h"
 #include "ops/serve/params.h"
 #include "ops/serve/scenario.h"
@@ -86,6 +87,22 @@ TEST_P(WrongServeRuntime, IsFlaggedWithRequestCallAndBlockNamed) {
     ++flagged;
   }
   EXPECT_GE(flagged, 2) << GetParam();
+}
+
+// Under --isolate the runtime's own handling of each call is still what runs (it once ran the
+// plain kernel in the child, and every wrong runtime passed), and a kernel's calls still run in
+// a child.
+TEST_P(WrongServeRuntime, IsStillFlaggedWhenIsolated) {
+  auto backend = make_isolated_backend(make_backend(GetParam()), IsolationOptions{});
+  auto cpu = make_isolated_backend(make_backend("cpu"), IsolationOptions{});
+  EXPECT_FALSE(cpu->keeps_call_memory());
+  int flagged = 0;
+  for (const cases::Case& c : serve_cases("smoke")) {
+    const PreparedCase pc = prepare(c);
+    EXPECT_EQ(run_case(pc, *cpu, false).verdict, Verdict::kPass) << c.id();
+    flagged += run_case(pc, *backend, false).verdict == Verdict::kFail;
+  }
+  EXPECT_GE(flagged, 1) << GetParam() << " passes every smoke scenario under isolation";
 }
 
 INSTANTIATE_TEST_SUITE_P(Bugs, WrongServeRuntime,

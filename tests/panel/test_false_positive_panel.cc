@@ -34,7 +34,8 @@ std::vector<Backend*> pointers(const std::vector<std::unique_ptr<Backend>>& v) {
   return p;
 }
 
-bool rule_op(const std::string& op) { return op == "gdr" || op == "layer"; }
+// The operations the panel's formulations implement (serve: scenarios of gdr calls).
+bool rule_op(const std::string& op) { return op == "gdr" || op == "layer" || op == "serve"; }
 
 // The worst result of one backend on one dtype: how close a pass came to failing.
 struct Worst {
