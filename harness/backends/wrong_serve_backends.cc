@@ -26,6 +26,12 @@ class WrongServeBackend : public Backend {
   bool keeps_call_memory() const override { return true; }
   Support supports(const cases::Case& c) const override {
     if (c.op() != "gdr") return Support::No("serving scenarios' gdr calls only");
+    const std::string cache = c.get("cache");
+    if (cache == "ckpt" || cache == "accept")
+      return Support::No(
+          "a runtime that passes states on itself (contract=plain scenarios); "
+          "under contract=serving the kernels keep them: see wrong:ckpt-* and "
+          "wrong:accept-*");
     return Support::Yes();
   }
   Status run(const cases::Case& c, const TensorMap& in, TensorMap& out) override {

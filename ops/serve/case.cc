@@ -14,6 +14,11 @@ namespace {
 void check_serve(const Case& c) {
   if (c.get_int("HV") % c.get_int("H") != 0)
     throw CaseIdError("HV % H != 0 (HV=" + c.get("HV") + ", H=" + c.get("H") + ")");
+  if (c.get("contract") == "serving" && (c.get_int("block") < 16 || c.get_int("block") > 2048))
+    throw CaseIdError(
+        "contract=serving checkpoints through cache=ckpt, whose blocks are 16..2048 "
+        "tokens (block=" +
+        c.get("block") + ")");
 }
 
 OpSchema serve_schema() {
@@ -34,6 +39,9 @@ OpSchema serve_schema() {
           choice("prefix", "shared", {"none", "shared"},
                  "shared: a later request may start with an earlier one's first blocks (prompt "
                  "and output), resuming from its checkpoint"),
+          choice("contract", "plain", {"plain", "serving"},
+                 "plain: the runtime passes every state on (cache=prefill, cache=spec) | serving: "
+                 "the kernels keep them (cache=ckpt prefills, cache=accept verifies)"),
           integer("H", "1", 1, 64, "q/k heads"),
           integer("HV", "2", 1, 256, "value heads (HV % H == 0)"),
           integer("K", "32", 1, 512, "key head dim"),
@@ -86,6 +94,9 @@ void serve_suite(SuiteBuilder& b, Tier t) {
   add({});
   add({{"spec", "0"}, {"steps", "12"}, {"seed", "2"}});
   add({{"requests", "8"}, {"lanes", "1"}, {"spec", "2"}, {"seed", "5"}});
+  // The same runtime on the serving kernel contracts: checkpoints written by cache=ckpt prefills,
+  // verifies resuming from the accepted row by cache=accept.
+  add({{"contract", "serving"}, {"seed", "10"}});
   if (tier < 1) return;
   // Gate: every acceptance rule, blocks that are not a multiple of the chunk size, fp16/bf16,
   // one lane (every request reuses it), GVA and odd head dims.
@@ -95,6 +106,13 @@ void serve_suite(SuiteBuilder& b, Tier t) {
   add({{"dtype", "fp16"}, {"H", "2"}, {"HV", "4"}, {"K", "20"}, {"V", "12"}, {"seed", "7"}});
   add({{"prompt", "150"}, {"block", "64"}, {"spec", "4"}, {"steps", "20"}, {"seed", "8"}});
   add({{"prefix", "none"}, {"requests", "5"}, {"lanes", "2"}, {"seed", "9"}});
+  add({{"contract", "serving"},
+       {"requests", "8"},
+       {"lanes", "1"},
+       {"block", "20"},
+       {"spec", "2"},
+       {"seed", "13"}});
+  add({{"contract", "serving"}, {"dtype", "bf16"}, {"H", "2"}, {"HV", "4"}, {"seed", "12"}});
   if (tier < 2) return;
   // Full: long prompts and many requests, blocks from 16 to 2048 tokens, real head dims.
   add({{"requests", "16"},
@@ -132,6 +150,16 @@ void serve_suite(SuiteBuilder& b, Tier t) {
        {"gate", "strong"},
        {"dtype", "fp16"},
        {"seed", "23"}});
+  add({{"contract", "serving"},
+       {"requests", "16"},
+       {"lanes", "4"},
+       {"prompt", "600"},
+       {"block", "100"},
+       {"spec", "4"},
+       {"steps", "30"},
+       {"K", "64"},
+       {"V", "64"},
+       {"seed", "24"}});
 }
 
 }  // namespace
@@ -147,6 +175,7 @@ Params decode(const Case& c) {
   p.steps = c.get_int("steps");
   p.accept = decode_choice<Accept>(c, "accept", kAcceptNames);
   p.prefix = decode_choice<Prefix>(c, "prefix", kPrefixNames);
+  p.contract = decode_choice<Contract>(c, "contract", kContractNames);
   p.H = c.get_int("H");
   p.HV = c.get_int("HV");
   p.K = c.get_int("K");

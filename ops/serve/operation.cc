@@ -7,13 +7,16 @@
 // checkpoints a prefix hit resumes from.
 #include "ops/operation.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <utility>
 
+#include "cases/rng.h"
 #include "fmt/format.h"
 #include "ops/gdr/params.h"
+#include "ops/gdr/serving.h"
 #include "ops/serve/params.h"
 #include "ops/serve/scenario.h"
 #include "reference/gated_delta_rule.h"
@@ -73,25 +76,28 @@ std::string packed_layout(const std::vector<int64_t>& lengths) {
 }
 
 // The gdr case of one call: a prefill of the rows' pieces from initial states, or a verify
-// (cache=spec: a state per fed token, in a slot-addressed pool).
+// (cache=spec: a state per fed token, in a slot-addressed pool). contract=serving: the prefill
+// is cache=ckpt (block size in `calls`), the verify cache=accept.
 cases::Case call_case(const Params& p, const ScenarioCall& call) {
   const bool verify = call.info.kind == "verify";
+  const bool serving = p.contract == Contract::kServing;
   std::vector<int64_t> lengths;
   for (const DrivenRow& row : call.info.rows) lengths.push_back(row.tokens);
   const int64_t fed = 1 + p.spec;
   const std::string layout =
       verify ? fmt::format("batch[{}x{}]", lengths.size(), fed) : packed_layout(lengths);
-  return cases::Case("gdr", {{"layout", layout},
-                             {"H", std::to_string(p.H)},
-                             {"HV", std::to_string(p.HV)},
-                             {"K", std::to_string(p.K)},
-                             {"V", std::to_string(p.V)},
-                             {"dtype", cases::dtype_name(p.dtype)},
-                             {"l2", "1"},
-                             {"state", "rand"},
-                             {"cache", verify ? "spec" : "prefill"},
-                             {"calls", std::to_string(verify ? fed : 1)},
-                             {"seed", std::to_string(p.seed)}});
+  return cases::Case(
+      "gdr", {{"layout", layout},
+              {"H", std::to_string(p.H)},
+              {"HV", std::to_string(p.HV)},
+              {"K", std::to_string(p.K)},
+              {"V", std::to_string(p.V)},
+              {"dtype", cases::dtype_name(p.dtype)},
+              {"l2", "1"},
+              {"state", "rand"},
+              {"cache", serving ? (verify ? "accept" : "ckpt") : (verify ? "spec" : "prefill")},
+              {"calls", std::to_string(serving ? (verify ? 1 : p.block) : (verify ? fed : 1))},
+              {"seed", std::to_string(p.seed)}});
 }
 
 // The token rows of `ids` from the token pool, into a [rows, ...] tensor of the call.
@@ -113,7 +119,9 @@ class Runtime {
         in_(in),
         out_(out),
         per_(p.HV * p.K * p.V),
-        lanes_(static_cast<size_t>(p.lanes), State(static_cast<size_t>(per_), 0.0f)) {}
+        lanes_(static_cast<size_t>(p.lanes), State(static_cast<size_t>(per_), 0.0f)),
+        lane_tokens_(static_cast<size_t>(p.lanes)),
+        lane_accepted_(static_cast<size_t>(p.lanes), 0) {}
 
   Status call(const ScenarioCall& call, const RunCall& run) {
     const cases::Case cc = call_case(p_, call);
@@ -144,10 +152,14 @@ class Runtime {
         lanes_[row.lane] = checkpoints_.at({row.hit_request, row.hit_block});
       start.push_back(&lanes_[row.lane]);
     }
-    std::vector<int32_t> slots;
-    if (verify) {
+    const bool serving = p_.contract == Contract::kServing;
+    gdr::ServingSlots table;  // contract=serving: the call's pool rows
+    if (serving) {
+      table = gdr::serving_slots(gdr::decode(cc));
+      serving_inputs(call, table, start, in);
+    } else if (verify) {
       const gdr::Params d = gdr::decode(cc);
-      slots = gdr::pool_slots(d);
+      const std::vector<int32_t> slots = gdr::pool_slots(d);
       Tensor& pool =
           in.add(Tensor("state_pool", DType::kF32, {gdr::pool_size(d), p_.HV, p_.K, p_.V}));
       std::memset(pool.data(), 0, pool.nbytes());
@@ -156,10 +168,7 @@ class Runtime {
       Tensor& s = in.add(Tensor("state_slots", DType::kI32, {n}));
       std::memcpy(s.data(), slots.data(), s.nbytes());
     } else {
-      Tensor& cu = in.add(Tensor("cu_seqlens", DType::kI64, {n + 1}));
-      cu.as<int64_t>()[0] = 0;
-      for (int64_t i = 0; i < n; ++i)
-        cu.as<int64_t>()[i + 1] = cu.as<int64_t>()[i] + call.info.rows[i].tokens;
+      add_cu_seqlens(call, in);
       Tensor& s0 = in.add(Tensor("initial_state", DType::kF32, {n, p_.HV, p_.K, p_.V}));
       for (int64_t i = 0; i < n; ++i)
         std::memcpy(s0.as<float>() + i * per_, start[i]->data(), per_ * sizeof(float));
@@ -173,9 +182,14 @@ class Runtime {
     }
     const TensorMap& got = ran.value();
     // The state after row i's token j (verify: token_states; prefill: only its last token).
+    // contract=serving: the pool row the kernel wrote it to (ckpt: the row of the block holding
+    // token j, which holds the state after that block's last token or the row's last token).
     auto state_after = [&](int64_t i, int64_t j) {
-      const float* s = verify ? got.at("token_states").as<float>() + (i * fed + j) * per_
-                              : got.at("final_state").as<float>() + i * per_;
+      const float* s = serving
+                           ? got.at("state_pool").as<float>() +
+                                 table.table[i * table.columns + (verify ? j : j / p_.block)] * per_
+                       : verify ? got.at("token_states").as<float>() + (i * fed + j) * per_
+                                : got.at("final_state").as<float>() + i * per_;
       return State(s, s + per_);
     };
     const Tensor& o = got.at("o");
@@ -190,6 +204,11 @@ class Runtime {
       for (const auto& [block, j] : row.checkpoints)
         checkpoints_[{row.request, block}] = state_after(i, j);
       lanes_[row.lane] = state_after(i, kept - 1);
+      // What the lane's rows hold for the next verify: this call's state after every token.
+      lane_tokens_[row.lane].clear();
+      lane_accepted_[row.lane] = verify ? row.accepted : 0;
+      if (serving && verify)
+        for (int64_t j = 0; j < fed; ++j) lane_tokens_[row.lane].push_back(state_after(i, j));
       std::memcpy(out_.at("final_state").as<float>() + row.request * per_, lanes_[row.lane].data(),
                   per_ * sizeof(float));
       first += row.tokens;
@@ -198,12 +217,61 @@ class Runtime {
   }
 
  private:
+  // A prefill's cu_seqlens: its rows' pieces, packed.
+  static void add_cu_seqlens(const ScenarioCall& call, TensorMap& in) {
+    const int64_t n = static_cast<int64_t>(call.info.rows.size());
+    Tensor& cu = in.add(Tensor("cu_seqlens", DType::kI64, {n + 1}));
+    cu.as<int64_t>()[0] = 0;
+    for (int64_t i = 0; i < n; ++i)
+      cu.as<int64_t>()[i + 1] = cu.as<int64_t>()[i] + call.info.rows[i].tokens;
+  }
+
+  // contract=serving: the call's pool, as a runtime's pool holds it. A verify row's rows hold the
+  // lane's previous verify's state after each token (or stale states) with the start state in
+  // column a of the lane's last acceptance, and num_accepted_tokens = 1 + a: the kernel itself
+  // must resume from the right row. A prefill row's initial state is its start state, and every
+  // block row is stale until the kernel writes its checkpoint there.
+  void serving_inputs(const ScenarioCall& call, const gdr::ServingSlots& table,
+                      const std::vector<const State*>& start, TensorMap& in) {
+    const bool verify = call.info.kind == "verify";
+    const int64_t n = static_cast<int64_t>(call.info.rows.size());
+    Tensor& pool = in.add(Tensor("state_pool", DType::kF32, {table.rows, p_.HV, p_.K, p_.V}));
+    const cases::Stream stale(p_.seed, fmt::format("serve/stale/{}", call.info.index));
+    for (int64_t i = 0; i < pool.numel(); ++i)
+      pool.as<float>()[i] = static_cast<float>(0.5 * stale.normal(static_cast<uint64_t>(i)));
+    auto put = [&](int32_t row, const State& s) {
+      std::memcpy(pool.as<float>() + row * per_, s.data(), per_ * sizeof(float));
+    };
+    Tensor& slots =
+        in.add(Tensor(verify ? "state_indices" : "block_slots", DType::kI32, {n, table.columns}));
+    std::copy(table.table.begin(), table.table.end(), slots.as<int32_t>());
+    if (!verify) {
+      add_cu_seqlens(call, in);
+      Tensor& s0 = in.add(Tensor("initial_state", DType::kF32, {n, p_.HV, p_.K, p_.V}));
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(s0.as<float>() + i * per_, start[i]->data(), per_ * sizeof(float));
+      return;
+    }
+    Tensor& accepted = in.add(Tensor("num_accepted_tokens", DType::kI32, {n}));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t lane = call.info.rows[i].lane;
+      const std::vector<State>& previous = lane_tokens_[lane];
+      const int64_t a = lane_accepted_[lane];  // 0 after a prefill: its state is in column 0
+      for (int64_t t = 0; t < table.columns && t < static_cast<int64_t>(previous.size()); ++t)
+        put(table.table[i * table.columns + t], previous[t]);
+      put(table.table[i * table.columns + a], *start[i]);
+      accepted.as<int32_t>()[i] = static_cast<int32_t>(1 + a);
+    }
+  }
+
   const Params& p_;
   const Scenario& sc_;
   const TensorMap& in_;
   TensorMap& out_;
   const int64_t per_;
   std::vector<State> lanes_;
+  std::vector<std::vector<State>> lane_tokens_;  // contract=serving: the lane's rows' states
+  std::vector<int64_t> lane_accepted_;           // drafts the lane's last verify accepted
   std::map<std::pair<int64_t, int64_t>, State> checkpoints_;  // {request, block} -> state
 };
 

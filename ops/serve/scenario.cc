@@ -81,13 +81,16 @@ Scenario expand(const Params& p) {
       running.push_back({admitted, q.hit_tokens});
       ++admitted;
     }
-    // A prefill call: each prefilling request up to its next block boundary or prompt end.
+    // A prefill call: each prefilling request up to its next block boundary or prompt end
+    // (contract=serving: to its prompt end, the kernel checkpointing every block on the way).
     ScenarioCall pre;
     pre.info.kind = "prefill";
     for (Running& run : running) {
       const Request& q = sc.requests[run.request];
       if (run.position >= q.prompt) continue;
-      const int64_t end = std::min(q.prompt, (run.position / p.block + 1) * p.block);
+      const int64_t end = p.contract == Contract::kServing
+                              ? q.prompt
+                              : std::min(q.prompt, (run.position / p.block + 1) * p.block);
       DrivenRow row{run.request, q.lane, run.position, end - run.position};
       if (run.first_call) {
         row.reset = q.hit_request < 0;
@@ -95,7 +98,8 @@ Scenario expand(const Params& p) {
         row.hit_block = q.hit_request >= 0 ? q.hit_tokens / p.block : -1;
         run.first_call = false;
       }
-      if (end % p.block == 0) row.checkpoints.push_back({end / p.block, row.tokens - 1});
+      for (int64_t b = run.position / p.block + 1; b * p.block <= end; ++b)
+        row.checkpoints.push_back({b, b * p.block - run.position - 1});
       pre.row_tokens.emplace_back(q.tokens.begin() + run.position, q.tokens.begin() + end);
       pre.info.rows.push_back(row);
       run.position = end;

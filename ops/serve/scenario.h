@@ -6,7 +6,9 @@
 // from an earlier one waits until that one finishes), resets the lane (or loads the checkpoint
 // of the prefix hit into it), then alternates:
 //   prefill call  every prefilling request advances to its next block boundary or prompt end;
-//                 a row ending on a boundary leaves that block's checkpoint (its final state)
+//                 a row ending on a boundary leaves that block's checkpoint (its final state).
+//                 contract=serving: to its prompt end in one call, a checkpoint at every
+//                 boundary it crosses (the kernel writes them: cache=ckpt)
 //   verify call   every decoding request feeds 1 + spec tokens (the last sampled token and the
 //                 drafts), accepts 1 + a of them (a drawn in 0 .. spec), resumes from the state
 //                 after its last accepted token and checkpoints every block boundary it crossed

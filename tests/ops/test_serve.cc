@@ -22,7 +22,7 @@ TEST(Serve, IdRoundTripsAndIsPrintable) {
   EXPECT_EQ(cases::Case::parse(c.id()), c);
   EXPECT_EQ(c.id(),
             "serve(requests=8,lanes=3,prompt=40,block=16,spec=3,steps=8,accept=rand,"
-            "prefix=shared,H=1,HV=2,K=32,V=32,dtype=fp32,gate=weak,seed=1)");
+            "prefix=shared,contract=plain,H=1,HV=2,K=32,V=32,dtype=fp32,gate=weak,seed=1)");
   for (const cases::Case& s : cases::suite("full")) {
     if (s.op() != "serve") continue;
     for (char ch : s.id()) EXPECT_TRUE(ch > ' ' && ch < 127) << s.id();
@@ -31,12 +31,18 @@ TEST(Serve, IdRoundTripsAndIsPrintable) {
 
 TEST(Serve, BadIdsAreRejectedWithTheParameterNamed) {
   for (const char* bad : {"serve(block=0)", "serve(spec=17)", "serve(H=2,HV=3)",
-                          "serve(accept=some)", "serve(lanes=0)"})
+                          "serve(accept=some)", "serve(lanes=0)", "serve(contract=some)",
+                          "serve(contract=serving,block=8)", "serve(contract=serving,block=4096)"})
     EXPECT_THROW(cases::Case::parse(bad), cases::CaseIdError) << bad;
   try {
     cases::Case::parse("serve(H=2,HV=3)");
   } catch (const cases::CaseIdError& e) {
     EXPECT_NE(std::string(e.what()).find("HV % H"), std::string::npos) << e.what();
+  }
+  try {
+    cases::Case::parse("serve(contract=serving,block=8)");
+  } catch (const cases::CaseIdError& e) {
+    EXPECT_NE(std::string(e.what()).find("16..2048"), std::string::npos) << e.what();
   }
 }
 
@@ -108,6 +114,42 @@ TEST(Serve, ExpansionHoldsWhatScenariosAreFor) {
   EXPECT_GE(hits, 2);
   EXPECT_GE(reused, 2);
   EXPECT_GE(verify_checkpoints, 2);
+}
+
+// contract=serving: one prefill call per request, to its prompt end, with a checkpoint at every
+// block boundary it crosses. The plain plan of the same id stays as pinned.
+TEST(Serve, ServingContractPrefillsEachPromptInOneCallWithEveryCheckpoint) {
+  const cases::Case plain = cases::Case::parse(kId);
+  const Params p = decode(plain.with("contract", "serving"));
+  const Scenario sc = expand(p);
+  std::set<std::pair<int64_t, int64_t>> checkpoints;  // {request, block}
+  std::vector<int> prefills(sc.requests.size(), 0);
+  int multi = 0, hits = 0;
+  for (const ScenarioCall& call : sc.calls)
+    for (const DrivenRow& row : call.info.rows) {
+      const Request& q = sc.requests[row.request];
+      if (row.hit_request >= 0) {
+        ++hits;
+        EXPECT_TRUE(checkpoints.count({row.hit_request, row.hit_block})) << row.request;
+      }
+      if (call.info.kind == "prefill") {
+        ++prefills[row.request];
+        EXPECT_EQ(row.position + row.tokens, q.prompt);
+        EXPECT_EQ(row.position % p.block, 0);
+        EXPECT_EQ(static_cast<int64_t>(row.checkpoints.size()),
+                  q.prompt / p.block - row.position / p.block);
+        multi += row.checkpoints.size() > 1;
+      }
+      for (const auto& [block, j] : row.checkpoints) {
+        EXPECT_EQ(row.position + j + 1, block * p.block);
+        checkpoints.insert({row.request, block});
+      }
+    }
+  for (int n : prefills) EXPECT_EQ(n, 1);
+  EXPECT_GE(multi, 2) << "prefills that write several checkpoints in one call";
+  EXPECT_GE(hits, 2);
+  // The plain plan is as pinned above: the contract adds no draw.
+  EXPECT_EQ(expand(decode(plain)).calls.size(), 35u);
 }
 
 TEST(Serve, SuitesHoldScenarios) {

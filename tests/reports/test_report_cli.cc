@@ -56,7 +56,8 @@ TEST(ReportCli, ServingScenariosAreReportedLikeCases) {
   ScratchDir dir("serve");
   const std::string out = dir / "report";
   const std::string id =
-      "serve(requests=6,lanes=3,prompt=40,block=16,spec=3,steps=8,accept=rand,prefix=none,H=1,"
+      "serve(requests=6,lanes=3,prompt=40,block=16,spec=3,steps=8,accept=rand,prefix=none,"
+      "contract=plain,H=1,"
       "HV=2,K=32,V=32,dtype=fp32,gate=weak,seed=9)";
   const CommandResult r =
       run_command(testing::deltacheck() + " run --backend cpu,wrong:serve-no-reset --case '" + id +

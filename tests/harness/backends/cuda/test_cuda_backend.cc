@@ -81,16 +81,16 @@ TEST(CudaBackend, KernelCoverageFromTheCase) {
 
   // The gate suite: every gdr case (all at K <= 128) and part of the mask cases are covered.
   std::set<std::string> covered_ops;
-  int covered = 0, total = 0;
+  int covered = 0, gdr_kernel_cases = 0;
   for (const Case& c : cases::suite("gate")) {
     const Support s = cuda_kernels_support(c);
     if (c.op() == "gdr_grad") {  // no CUDA backward yet
       EXPECT_FALSE(s.ok) << c.id();
       continue;
     }
-    ++total;
     if (c.op() == "gdr" && c.get("cache") != "ckpt" && c.get("cache") != "accept") {
       EXPECT_TRUE(s.ok) << c.id() << ": " << s.reason;
+      ++gdr_kernel_cases;
     }
     if (!s.ok) {
       EXPECT_FALSE(s.reason.empty()) << c.id();
@@ -100,7 +100,9 @@ TEST(CudaBackend, KernelCoverageFromTheCase) {
     ++covered;
   }
   EXPECT_EQ(covered_ops, (std::set<std::string>{"gdr", "mask", "segments"}));
-  EXPECT_GT(covered, total / 2);
+  // Those gdr cases and some mask cases (the rest of the ops have no CUDA kernel yet).
+  EXPECT_GT(gdr_kernel_cases, 100);
+  EXPECT_GT(covered, gdr_kernel_cases);
 }
 
 TEST(CudaBackend, WithoutADeviceEveryCaseIsUnsupported) {
