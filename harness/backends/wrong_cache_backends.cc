@@ -129,14 +129,19 @@ class WrongServing : public WrongCacheBackend {
       : name_(std::move(name)), description_(std::move(description)), bug_(bug) {}
   std::string name() const override { return name_; }
   std::string description() const override { return description_; }
-  // Both serving modes, so that a serving scenario (contract=serving: ckpt prefills, accept
-  // verifies) runs on it; the bug is in one mode, the other runs the right kernel.
+  // Both serving modes and plain prefills, so that serving scenarios (contract=accept: prefill
+  // and accept calls; contract=serving: ckpt and accept calls) run on it; the bug is in one
+  // mode, the others run the right kernel.
   Support supports(const cases::Case& c) const override {
-    if (c.op() == "gdr" && ops::gdr::decode(c).serving()) return Support::Yes();
-    return Support::No("cache=ckpt and cache=accept only");
+    if (c.op() == "gdr") {
+      const ops::gdr::Params d = ops::gdr::decode(c);
+      if (d.serving() || d.cache == ops::gdr::Cache::kPrefill) return Support::Yes();
+    }
+    return Support::No("cache=ckpt, cache=accept and cache=prefill only");
   }
   Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
-    if ((ops::gdr::decode(c).cache == ops::gdr::Cache::kCkpt) != ckpt())
+    const ops::gdr::Cache mode = ops::gdr::decode(c).cache;
+    if (mode != (ckpt() ? ops::gdr::Cache::kCkpt : ops::gdr::Cache::kAccept))
       return run_cpu_gdr_case(c, in, out);
     cases::TensorMap wrong = in;
     if (!ckpt()) {

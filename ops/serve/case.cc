@@ -39,9 +39,10 @@ OpSchema serve_schema() {
           choice("prefix", "shared", {"none", "shared"},
                  "shared: a later request may start with an earlier one's first blocks (prompt "
                  "and output), resuming from its checkpoint"),
-          choice("contract", "plain", {"plain", "serving"},
-                 "plain: the runtime passes every state on (cache=prefill, cache=spec) | serving: "
-                 "the kernels keep them (cache=ckpt prefills, cache=accept verifies)"),
+          choice("contract", "plain", {"plain", "accept", "serving"},
+                 "plain: the runtime passes every state on (cache=prefill, cache=spec) | accept: "
+                 "verifies resume from the accepted row themselves (cache=accept) | serving: the "
+                 "kernels keep every state (cache=ckpt prefills, cache=accept verifies)"),
           integer("H", "1", 1, 64, "q/k heads"),
           integer("HV", "2", 1, 256, "value heads (HV % H == 0)"),
           integer("K", "32", 1, 512, "key head dim"),
@@ -113,6 +114,7 @@ void serve_suite(SuiteBuilder& b, Tier t) {
        {"spec", "2"},
        {"seed", "13"}});
   add({{"contract", "serving"}, {"dtype", "bf16"}, {"H", "2"}, {"HV", "4"}, {"seed", "12"}});
+  add({{"contract", "accept"}, {"spec", "4"}, {"block", "20"}, {"seed", "14"}});
   if (tier < 2) return;
   // Full: long prompts and many requests, blocks from 16 to 2048 tokens, real head dims.
   add({{"requests", "16"},

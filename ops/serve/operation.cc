@@ -76,28 +76,28 @@ std::string packed_layout(const std::vector<int64_t>& lengths) {
 }
 
 // The gdr case of one call: a prefill of the rows' pieces from initial states, or a verify
-// (cache=spec: a state per fed token, in a slot-addressed pool). contract=serving: the prefill
-// is cache=ckpt (block size in `calls`), the verify cache=accept.
+// (cache=spec: a state per fed token, in a slot-addressed pool). contract=accept: the verify is
+// cache=accept; contract=serving: the prefill too is cache=ckpt (block size in `calls`).
 cases::Case call_case(const Params& p, const ScenarioCall& call) {
   const bool verify = call.info.kind == "verify";
-  const bool serving = p.contract == Contract::kServing;
   std::vector<int64_t> lengths;
   for (const DrivenRow& row : call.info.rows) lengths.push_back(row.tokens);
   const int64_t fed = 1 + p.spec;
   const std::string layout =
       verify ? fmt::format("batch[{}x{}]", lengths.size(), fed) : packed_layout(lengths);
-  return cases::Case(
-      "gdr", {{"layout", layout},
-              {"H", std::to_string(p.H)},
-              {"HV", std::to_string(p.HV)},
-              {"K", std::to_string(p.K)},
-              {"V", std::to_string(p.V)},
-              {"dtype", cases::dtype_name(p.dtype)},
-              {"l2", "1"},
-              {"state", "rand"},
-              {"cache", serving ? (verify ? "accept" : "ckpt") : (verify ? "spec" : "prefill")},
-              {"calls", std::to_string(serving ? (verify ? 1 : p.block) : (verify ? fed : 1))},
-              {"seed", std::to_string(p.seed)}});
+  return cases::Case("gdr", {{"layout", layout},
+                             {"H", std::to_string(p.H)},
+                             {"HV", std::to_string(p.HV)},
+                             {"K", std::to_string(p.K)},
+                             {"V", std::to_string(p.V)},
+                             {"dtype", cases::dtype_name(p.dtype)},
+                             {"l2", "1"},
+                             {"state", "rand"},
+                             {"cache", verify ? (p.accept_verifies() ? "accept" : "spec")
+                                              : (p.ckpt_prefills() ? "ckpt" : "prefill")},
+                             {"calls", std::to_string(verify ? (p.accept_verifies() ? 1 : fed)
+                                                             : (p.ckpt_prefills() ? p.block : 1))},
+                             {"seed", std::to_string(p.seed)}});
 }
 
 // The token rows of `ids` from the token pool, into a [rows, ...] tensor of the call.
@@ -152,8 +152,9 @@ class Runtime {
         lanes_[row.lane] = checkpoints_.at({row.hit_request, row.hit_block});
       start.push_back(&lanes_[row.lane]);
     }
-    const bool serving = p_.contract == Contract::kServing;
-    gdr::ServingSlots table;  // contract=serving: the call's pool rows
+    // A serving-contract call (cache=accept or ckpt) reads and writes the rows of its table.
+    const bool serving = verify ? p_.accept_verifies() : p_.ckpt_prefills();
+    gdr::ServingSlots table;
     if (serving) {
       table = gdr::serving_slots(gdr::decode(cc));
       serving_inputs(call, table, start, in);
@@ -182,8 +183,9 @@ class Runtime {
     }
     const TensorMap& got = ran.value();
     // The state after row i's token j (verify: token_states; prefill: only its last token).
-    // contract=serving: the pool row the kernel wrote it to (ckpt: the row of the block holding
-    // token j, which holds the state after that block's last token or the row's last token).
+    // A serving-contract call: the pool row the kernel wrote it to (ckpt: the row of the block
+    // holding token j, which holds the state after that block's last token or the row's last
+    // token).
     auto state_after = [&](int64_t i, int64_t j) {
       const float* s = serving
                            ? got.at("state_pool").as<float>() +
@@ -226,7 +228,7 @@ class Runtime {
       cu.as<int64_t>()[i + 1] = cu.as<int64_t>()[i] + call.info.rows[i].tokens;
   }
 
-  // contract=serving: the call's pool, as a runtime's pool holds it. A verify row's rows hold the
+  // A serving-contract call's pool, as a runtime's pool holds it. A verify row's rows hold the
   // lane's previous verify's state after each token (or stale states) with the start state in
   // column a of the lane's last acceptance, and num_accepted_tokens = 1 + a: the kernel itself
   // must resume from the right row. A prefill row's initial state is its start state, and every
@@ -270,7 +272,7 @@ class Runtime {
   TensorMap& out_;
   const int64_t per_;
   std::vector<State> lanes_;
-  std::vector<std::vector<State>> lane_tokens_;  // contract=serving: the lane's rows' states
+  std::vector<std::vector<State>> lane_tokens_;  // accept verifies: the lane's rows' states
   std::vector<int64_t> lane_accepted_;           // drafts the lane's last verify accepted
   std::map<std::pair<int64_t, int64_t>, State> checkpoints_;  // {request, block} -> state
 };

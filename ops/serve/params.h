@@ -21,15 +21,17 @@ enum class Prefix { kNone, kShared };
 enum class Gate { kWeak, kStrong };
 // How states travel between calls: `plain` — the runtime keeps every state a call returns
 // (prefill final states, spec token_states) and hands it to the next call as an initial state or
-// pool slot; `serving` — the kernel contracts runtimes use (docs/serving.md): each prefill is one
-// cache=ckpt call to the prompt's end that writes every block checkpoint into pool rows, and each
-// verify is a cache=accept call that resumes from the row of the last accepted token itself.
-enum class Contract { kPlain, kServing };
+// pool slot; `accept` — plain prefills, but each verify is a cache=accept call that resumes from
+// the row of the last accepted token itself (vLLM's fused_recurrent with num_accepted_tokens);
+// `serving` — the kernel contracts throughout (docs/serving.md): accept verifies, and each
+// prefill one cache=ckpt call to the prompt's end that writes every block checkpoint into pool
+// rows.
+enum class Contract { kPlain, kAccept, kServing };
 
 inline constexpr std::array<const char*, 3> kAcceptNames{"rand", "all", "none"};
 inline constexpr std::array<const char*, 2> kPrefixNames{"none", "shared"};
 inline constexpr std::array<const char*, 2> kGateNames{"weak", "strong"};
-inline constexpr std::array<const char*, 2> kContractNames{"plain", "serving"};
+inline constexpr std::array<const char*, 3> kContractNames{"plain", "accept", "serving"};
 
 struct Params {
   int64_t requests = 4;  // requests in arrival order
@@ -41,6 +43,8 @@ struct Params {
   Accept accept = Accept::kRand;
   Prefix prefix = Prefix::kShared;
   Contract contract = Contract::kPlain;
+  bool accept_verifies() const { return contract != Contract::kPlain; }  // cache=accept
+  bool ckpt_prefills() const { return contract == Contract::kServing; }  // cache=ckpt
   int64_t H = 1, HV = 2, K = 32, V = 32;
   cases::DType dtype = cases::DType::kF32;
   Gate gate = Gate::kWeak;

@@ -88,9 +88,8 @@ Scenario expand(const Params& p) {
     for (Running& run : running) {
       const Request& q = sc.requests[run.request];
       if (run.position >= q.prompt) continue;
-      const int64_t end = p.contract == Contract::kServing
-                              ? q.prompt
-                              : std::min(q.prompt, (run.position / p.block + 1) * p.block);
+      const int64_t end =
+          p.ckpt_prefills() ? q.prompt : std::min(q.prompt, (run.position / p.block + 1) * p.block);
       DrivenRow row{run.request, q.lane, run.position, end - run.position};
       if (run.first_call) {
         row.reset = q.hit_request < 0;

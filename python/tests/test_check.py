@@ -159,18 +159,33 @@ def test_vllm_convention_runs_the_pool_cases():
     assert set(verdicts.values()) == {"pass"}, res.summary()
 
 
+def count_ignored(**kw):
+    """vllm_style resuming every verify from row 0, whatever num_accepted_tokens says."""
+    if kw.get("num_accepted_tokens") is not None:
+        kw["num_accepted_tokens"] = np.ones_like(np.asarray(kw["num_accepted_tokens"]))
+    return vllm_style(**kw)
+
+
 def test_vllm_convention_runs_speculative_verify_and_catches_an_ignored_count():
     res = dc.check(vllm_style, "gate", filter=[r"^gdr\(", "cache=accept"], convention="vllm",
                    framework="numpy")
     assert len(res) >= 3 and {r.verdict for r in res} == {"pass"}, res.summary()
-
-    def count_ignored(**kw):
-        kw["num_accepted_tokens"] = np.ones_like(np.asarray(kw["num_accepted_tokens"]))
-        return vllm_style(**kw)
-
     res = dc.check(count_ignored, "gate", filter=[r"^gdr\(", "cache=accept", r"batch\[\d+x[2-9]"],
                    convention="vllm", framework="numpy")
     assert len(res) >= 3 and {r.verdict for r in res} == {"fail"}, res.summary()
+
+
+def test_vllm_convention_replays_a_serving_scenario():
+    # contract=accept: plain prefills, then verifies that resume from the accepted row themselves
+    # (docs/scenarios.md); every call reaches the callable through the vllm convention.
+    scenario = [r"^serve\(", "contract=accept"]
+    res = dc.check(vllm_style, "gate", filter=scenario, convention="vllm", framework="numpy")
+    assert len(res) >= 1 and {r.verdict for r in res} == {"pass"}, res.summary()
+    res = dc.check(count_ignored, "gate", filter=scenario, convention="vllm", framework="numpy")
+    assert {r.verdict for r in res} == {"fail"}, res.summary()
+    for r in res:
+        assert "(request " in r.message and ", call " in r.message and "verify" in r.message, \
+            r.message
 
 
 def test_a_declared_convention():

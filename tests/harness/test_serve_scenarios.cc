@@ -97,8 +97,8 @@ TEST_P(WrongServeRuntime, IsFlaggedWithRequestCallAndBlockNamed) {
   int flagged = 0;
   for (const cases::Case& c : serve_cases("gate")) {
     const ops::serve::Params p = ops::serve::decode(c);
-    if (p.contract == ops::serve::Contract::kServing) {
-      // Its calls keep states in the kernels (cache=ckpt, accept): not this runtime's kind.
+    if (p.accept_verifies()) {
+      // Its calls keep states in the kernels (cache=accept, ckpt): not this runtime's kind.
       const Support s = backend_supports(*backend, c);
       EXPECT_FALSE(s.ok) << c.id();
       EXPECT_NE(s.reason.find("contract=plain"), std::string::npos) << s.reason;
@@ -135,8 +135,9 @@ INSTANTIATE_TEST_SUITE_P(Bugs, WrongServeRuntime,
 // cache=accept bugs of docs/serving.md). The first request the bug reaches, from the expansion:
 // a prefill's block rows are written by the kernel; a verify resumes from the row its lane's
 // last acceptance names (column 0 after a prefill).
-int64_t first_corrupted_by_kernel(const std::string& backend, const Scenario& sc, int64_t spec,
-                                  int64_t block, int64_t lanes) {
+int64_t first_corrupted_by_kernel(const std::string& backend, const Scenario& sc,
+                                  const ops::serve::Params& p) {
+  const int64_t spec = p.spec, block = p.block, lanes = p.lanes;
   const int64_t n = static_cast<int64_t>(sc.requests.size());
   int64_t first = n;
   std::vector<int64_t> lane_accepted(static_cast<size_t>(lanes), 0);
@@ -144,7 +145,9 @@ int64_t first_corrupted_by_kernel(const std::string& backend, const Scenario& sc
   for (const ops::serve::ScenarioCall& call : sc.calls)
     for (const ops::DrivenRow& row : call.info.rows) {
       bool bad = row.hit_request >= 0 && wrong_checkpoints.count({row.hit_request, row.hit_block});
-      if (call.info.kind == "prefill") {
+      if (call.info.kind == "prefill" && !p.ckpt_prefills()) {
+        lane_accepted[row.lane] = 0;  // a plain prefill: the runtime keeps its final state
+      } else if (call.info.kind == "prefill") {
         const bool ends_on_boundary = (row.position + row.tokens) % block == 0;
         if (backend == "wrong:ckpt-late") bad = true;  // the last block's row is never written
         if (backend == "wrong:ckpt-early") bad = bad || ends_on_boundary;
@@ -169,13 +172,12 @@ TEST_P(WrongServingKernel, IsFlaggedInServingScenariosWithRequestCallAndBlockNam
   int flagged = 0;
   for (const cases::Case& c : serve_cases("gate")) {
     const ops::serve::Params p = ops::serve::decode(c);
-    if (p.contract != ops::serve::Contract::kServing) {
+    if (!p.accept_verifies()) {  // spec verifies: not a serving kernel's mode
       EXPECT_FALSE(backend_supports(*backend, c).ok) << c.id();
       continue;
     }
-    flagged += judged_as_expected(
-        *backend, c,
-        first_corrupted_by_kernel(GetParam(), ops::serve::expand(p), p.spec, p.block, p.lanes));
+    flagged += judged_as_expected(*backend, c,
+                                  first_corrupted_by_kernel(GetParam(), ops::serve::expand(p), p));
   }
   EXPECT_GE(flagged, 2) << GetParam();
 }

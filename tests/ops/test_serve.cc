@@ -148,8 +148,9 @@ TEST(Serve, ServingContractPrefillsEachPromptInOneCallWithEveryCheckpoint) {
   for (int n : prefills) EXPECT_EQ(n, 1);
   EXPECT_GE(multi, 2) << "prefills that write several checkpoints in one call";
   EXPECT_GE(hits, 2);
-  // The plain plan is as pinned above: the contract adds no draw.
+  // The plain plan is as pinned above, and contract=accept (plain prefills) keeps it.
   EXPECT_EQ(expand(decode(plain)).calls.size(), 35u);
+  EXPECT_TRUE(same(expand(decode(plain)), expand(decode(plain.with("contract", "accept")))));
 }
 
 TEST(Serve, SuitesHoldScenarios) {
