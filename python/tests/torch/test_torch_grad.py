@@ -6,14 +6,11 @@ not reset at sequence boundaries leaks on multi-sequence cases (fail on tail cas
 probes), running through the padding tail fails exactly the tail cases, a forward without an
 autograd path is an error, a detached input fails on its gradient alone. Conventions without
 gradients (vllm, a declared no_grad) are unsupported with their reason."""
-import os
 import re
-import subprocess
-import sys
 
 import deltacheck as dc
 import user_kernels
-from test_torch_route import HERE, run_user_file
+from test_torch_route import run_user_file
 
 FP32 = [r"^gdr_grad\(", "dtype=fp32"]  # test_user_grad.py's selection
 TAIL = r"^gdr_grad\(.*,tail=[1-9]"
@@ -71,18 +68,13 @@ def test_running_through_the_tail_fails_the_tail_cases():
     assert all(p.verdict == "pass" for p in packed.probes)
 
 
-def test_a_forward_without_autograd_path_is_an_error_under_the_plugin(tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                           "--deltacheck=user_kernels:recurrent_gdr_no_autograd",
-                           "--deltacheck-suite=gate", r"--deltacheck-filter=^gdr_grad\(",
-                           "--deltacheck-filter=dtype=fp32", "--deltacheck-filter=seed=(1|7|28)\\)",
-                           "-rA"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
-    out = proc.stdout
-    assert proc.returncode == 1 and "3 failed" in out, out[-3000:]
-    assert out.count("ERROR       user_kernels:recurrent_gdr_no_autograd") == 3, out[-3000:]
-    assert "o has no autograd path (no grad_fn)" in out, out[-3000:]
+def test_a_forward_without_autograd_path_is_an_error():
+    res = dc.check(user_kernels.recurrent_gdr_no_autograd, "gate",
+                   filter=FP32 + [r"seed=(1|7|28)\)"])
+    assert len(res) == 3, res.summary()
+    for r in res:
+        assert r.verdict == "error", r.line()
+        assert "o has no autograd path (no grad_fn)" in r.message, r.line()
 
 
 def test_an_unused_input_gets_zero_gradients():
