@@ -228,3 +228,22 @@ def test_the_expectation_cache_gives_the_same_results(tmp_path):
         assert a.case_id == b.case_id == c.case_id
         assert a.verdict == b.verdict == c.verdict, a.case_id
         assert a.message == b.message == c.message, a.case_id
+
+
+def test_gradients_need_torch_and_a_differentiable_convention():
+    # gdr_grad differentiates the callable with torch.autograd (docs/python.md, "Gradients")
+    ids = dc.select("smoke", r"^gdr_grad\(")
+    res = dc.check(recurrent_gdr, case=ids, framework="numpy")
+    assert len(res) == len(ids) >= 1 and res.ok
+    for r in res:
+        assert r.verdict == "unsupported" and "NumPy callable has no gradients" in r.message
+    (r,) = dc.check(recurrent_gdr, case=ids[0], framework="numpy", convention="vllm")
+    assert r.verdict == "unsupported" and "inplace_final_state" in r.message, r.line()
+
+    @dc.convention("no_backward", no_grad="the kernel has no backward")
+    def no_backward(fn, c):
+        return dc.conventions.fla.call(fn, c)
+
+    (r,) = dc.check(recurrent_gdr, case=ids[0], framework="numpy", convention=no_backward)
+    assert r.verdict == "unsupported", r.line()
+    assert r.message == "the no_backward convention has no gradient: the kernel has no backward"

@@ -14,7 +14,10 @@ another with
         o, s = fn(c.inputs["q"], ..., state=c.inputs.get("initial_state"))
         return {"o": o, "final_state": s}
 
-and pass convention="mine" (or the returned object) to deltacheck.check.
+and pass convention="mine" (or the returned object) to deltacheck.check. gdr_grad cases call the
+same convention with the forward's view of the case (op gdr, cache=prefill) on inputs that
+require gradients, and differentiate what it returns (_grad.py); `no_grad="why"` in the
+decorator declines them.
 """
 import inspect
 
@@ -25,11 +28,16 @@ class Unsupported(Exception):
 
 
 class Convention:
-    def __init__(self, name, call, supports=None, doc=""):
+    """`no_grad`: None when the forward it calls can be differentiated (gdr_grad cases run it
+    under torch.autograd, docs/python.md "Gradients"), else the reason it cannot (gdr_grad cases
+    are then unsupported with it)."""
+
+    def __init__(self, name, call, supports=None, doc="", no_grad=None):
         self.name = name
         self.call = call
         self._supports = supports
         self.doc = doc
+        self.no_grad = no_grad
 
     def supports(self, c):
         return self._supports(c) if self._supports else None
@@ -41,10 +49,11 @@ class Convention:
 _REGISTRY = {}
 
 
-def convention(name, supports=None):
-    """Decorator: registers `call(fn, c)` as convention `name`."""
+def convention(name, supports=None, no_grad=None):
+    """Decorator: registers `call(fn, c)` as convention `name`. `no_grad="why"` declares that
+    its forward has no gradient (gdr_grad cases: unsupported, with that reason)."""
     def register(call):
-        conv = Convention(name, call, supports, inspect.getdoc(call) or "")
+        conv = Convention(name, call, supports, inspect.getdoc(call) or "", no_grad)
         _REGISTRY[name] = conv
         return conv
     return register
@@ -164,7 +173,10 @@ def _vllm_supports(c):
     return None
 
 
-@convention("vllm", supports=_vllm_supports)
+@convention("vllm", supports=_vllm_supports,
+            no_grad="it writes the final states into the slot pool in place "
+                    "(inplace_final_state=True), which autograd cannot take dht back through; "
+                    "vLLM's fused_recurrent_gated_delta_rule is inference-only")
 def vllm(fn, c):
     """vLLM-style slot pool (vllm's fused_recurrent_gated_delta_rule):
     fn(q=, k=, v=, g=, beta=, scale=, initial_state=POOL, inplace_final_state=True, cu_seqlens=,

@@ -14,15 +14,18 @@ import deltacheck as dc
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_user_file(kernel, tmp_path):
+def run_user_file(kernel, tmp_path, test_file="test_user_kernel.py"):
+    """Runs a user test file under pytest with USER_KERNEL=kernel: the process and
+    {case id: (outcome, text)} from its JUnit file."""
     junit = tmp_path / f"{kernel}.xml"
     env = dict(os.environ, USER_KERNEL=kernel, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "test_user_kernel.py", "-q",
+    proc = subprocess.run([sys.executable, "-m", "pytest", test_file, "-q",
                            "-p", "no:cacheprovider", f"--junitxml={junit}"],
                           cwd=HERE, env=env, capture_output=True, text=True, timeout=600)
     cases = {}
     for tc in ET.parse(junit).getroot().iter("testcase"):
-        case_id = tc.get("name")[len("test_gdr["):-1]
+        name = tc.get("name")
+        case_id = name[name.index("[") + 1:-1]
         failure, skipped = tc.find("failure"), tc.find("skipped")
         cases[case_id] = ("failed", failure.text) if failure is not None else (
             ("skipped", skipped.get("message")) if skipped is not None else ("passed", ""))
