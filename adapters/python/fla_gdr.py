@@ -176,6 +176,15 @@ def naive_forward(fn, carry_state=False, dtype=None):
     return forward
 
 
+def run_naive(case, forward):
+    o, s = forward(**{n: dc.torch_input(case, n) for n in dc.RULE_INPUTS},
+                   initial_state=(dc.torch_input(case, "initial_state")
+                                  if "initial_state" in case.inputs else None),
+                   use_qk_l2norm_in_kernel=case.param("l2", "1") == "1",
+                   cu_seqlens=case.inputs.get("cu_seqlens"))
+    return {"o": o, "final_state": s}
+
+
 def run_kernel(case, fn, device):
     import torch
     dev = torch.device("cuda" if device == "cuda" else "cpu")
@@ -265,12 +274,7 @@ def answer(args, inp, out_path):
     else:
         with torch.no_grad():
             values = (run_kernel(case, fn, facts["device"]) if args.fn in TRITON else
-                      naive_forward(fn, args.wrong == "carry-state")(
-                          **{n: dc.torch_input(case, n) for n in dc.RULE_INPUTS},
-                          initial_state=(dc.torch_input(case, "initial_state")
-                                         if "initial_state" in case.inputs else None),
-                          use_qk_l2norm_in_kernel=case.param("l2", "1") == "1",
-                          cu_seqlens=case.inputs.get("cu_seqlens")))
+                      run_naive(case, naive_forward(fn, args.wrong == "carry-state")))
     dc.write_tensors(out_path, case, values, facts)
 
 
