@@ -112,6 +112,74 @@ def write_tensors(path, case, values, facts):
     write_outputs(path, case, out, facts)
 
 
+def torch_input(case, name, device=None):
+    """A case input as a torch tensor in its own dtype (bf16 / fp16 as such), on `device`."""
+    import torch
+    a, dtype = case.inputs[name], case.dtypes[name]
+    t = torch.from_numpy(np.ascontiguousarray(a))
+    t = t.to({"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, t.dtype))
+    return t if device is None else t.to(device)
+
+
+RULE_INPUTS = ("q", "k", "v", "g", "beta")
+
+
+def autograd_gdr_grad(forward, cut_tail=True):
+    """A gdr_grad handler from a torch forward of the rule (docs/gradients.md, "The contract").
+
+    `forward` takes FLA's keyword convention, forward(q=, k=, v=, g=, beta=, scale=None,
+    initial_state=, output_final_state=, use_qk_l2norm_in_kernel=, cu_seqlens=) -> (o, ht), with
+    q, k [B,T,H,K], v [B,T,HV,V], g, beta [B,T,HV], initial_state / ht [N,HV,K,V], cu_seqlens int64.
+    The handler, handler(case, device=None) -> {dq, dk, dv, dg, dbeta[, dh0]} (torch tensors),
+    runs it on the case's inputs (leaves that require grad) and takes
+    torch.autograd.grad((o, ht), inputs, (do, dht), allow_unused=True): an input the forward
+    does not use gets zeros; dh0 is returned when the case has an initial state; without a dht
+    the final state is not asked for. Tokens past cu_seqlens[-1] (a gdr_grad case's tail): with
+    `cut_tail` they are cut off before the forward and get exactly zero (the contract); without
+    it the forward sees all T tokens and cu_seqlens ending before T (a varlen kernel's own
+    contract is then under test, unwritten gradients included)."""
+
+    def handler(case, device=None):
+        import torch
+        T = case.inputs["q"].shape[1]
+        live = T
+        cu = None
+        if "cu_seqlens" in case.inputs:
+            cu = torch.from_numpy(case.inputs["cu_seqlens"].astype(np.int64))
+            cu = cu if device is None else cu.to(device)
+            if cut_tail:
+                live = int(case.inputs["cu_seqlens"][-1])
+        leaves = {n: torch_input(case, n, device)[:, :live].clone().requires_grad_()
+                  for n in RULE_INPUTS}
+        if "initial_state" in case.inputs:
+            leaves["initial_state"] = torch_input(case, "initial_state", device).requires_grad_()
+        dht = torch_input(case, "dht", device) if "dht" in case.inputs else None
+        with torch.enable_grad():
+            o, ht = forward(**{n: leaves[n] for n in RULE_INPUTS}, scale=None,
+                            initial_state=leaves.get("initial_state"),
+                            output_final_state=dht is not None,
+                            use_qk_l2norm_in_kernel=case.param("l2", "1") == "1",
+                            cu_seqlens=cu)
+        outputs = [o]
+        upstream = [torch_input(case, "do", device)[:, :live].to(o.dtype)]
+        if dht is not None:
+            outputs.append(ht)
+            upstream.append(dht.to(ht.dtype))
+        names = list(leaves)
+        grads = torch.autograd.grad(outputs, [leaves[n] for n in names], upstream,
+                                    allow_unused=True)
+        result = {}
+        for name, grad in zip(names, grads):
+            grad = torch.zeros_like(leaves[name]) if grad is None else grad
+            if name != "initial_state" and live < T:  # the tail: exactly zero
+                grad = torch.cat([grad, grad.new_zeros(grad.shape[0], T - live,
+                                                       *grad.shape[2:])], dim=1)
+            result["dh0" if name == "initial_state" else "d" + name] = grad
+        return result
+
+    return handler
+
+
 def parser(doc):
     """An adapter's argument parser: {in} and {out} (absent in serve mode), described by the
     first line of the module's docstring."""

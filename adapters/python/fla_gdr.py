@@ -36,8 +36,17 @@ Conventions, and what the adapter converts (docs/semantics.md is the contract):
       x / sqrt(sum x^2 + 1e-6) (docs/semantics.md's and FLA's l2norm);
     - argument order differs between the two (naive_recurrent: q, k, v, beta, g); passed by name;
     - outputs come back in fp32 and are rounded once to the case's dtype when written.
+  Gradients (gdr_grad cases, docs/gradients.md): torch.autograd.grad of the same call with the
+    case's do and dht (dc_protocol.autograd_gdr_grad), through the adapter's L2 norm, GVA and
+    per-sequence calls for the naive functions; tokens past cu_seqlens[-1] are cut off before
+    them. The Triton chunk kernel runs its own backward on all T tokens with cu_seqlens as given
+    (unwritten gradients stay NaN). fused-recurrent has no backward in FLA (it raises
+    NotImplementedError): declined with FLA's reason.
+  --wrong carry-state (the peer fla-wrong-grad-carry): a deliberate bug in the adapter's
+    wrapper of the naive functions: each packed sequence starts from the state the previous one
+    ended with.
   Not supported (declined): cache=pool / spec (states addressed through slot indices: none of
-  these functions takes slots), ops other than gdr.
+  these functions takes slots), ops other than gdr and gdr_grad.
 """
 import os
 import sys
@@ -115,65 +124,114 @@ def resolve(which, device="auto"):
     return fn, facts
 
 
-def tensor(case, name, torch):
-    import numpy as np
-    a, dtype = case.inputs[name], case.dtypes[name]
-    t = torch.from_numpy(np.ascontiguousarray(a))
-    return t.to({"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, t.dtype))
-
-
 def l2norm(x):
     return x / (x * x).sum(-1, keepdim=True).add(1e-6).sqrt()
 
 
-def run_naive(case, fn):
+def naive_forward(fn, carry_state=False, dtype=None):
+    """A naive function as a forward with the kernels' keyword convention (dc_protocol's
+    autograd_gdr_grad calls it so): the adapter supplies L2 norm, GVA and varlen around it (the
+    module docstring), all differentiable. `carry_state` is the deliberate bug of the peer
+    fla-wrong-grad-carry: each packed sequence after the first starts from the state the previous
+    one ended with, not from its own initial state. `dtype`: the adapter's arithmetic (fp32, as
+    FLA's functions; grad_precision.py passes float64 with functions rewritten to it)."""
     import torch
-    q, k, v, g, beta = (tensor(case, n, torch) for n in ("q", "k", "v", "g", "beta"))
-    s0 = tensor(case, "initial_state", torch) if "initial_state" in case.inputs else None
-    B, T, H, K = q.shape
-    HV, V = v.shape[2], v.shape[3]
-    q, k = q.float(), k.float()
-    if case.param("l2", "1") == "1":
-        q, k = l2norm(q), l2norm(k)
-    if HV != H:  # GVA: value head i uses q/k head i // (HV / H)
-        q, k = (x.repeat_interleave(HV // H, dim=2) for x in (q, k))
-    if "cu_seqlens" in case.inputs:
-        cu = [int(c) for c in case.inputs["cu_seqlens"]]
-        seqs = [(0, cu[i], cu[i + 1]) for i in range(len(cu) - 1)]
-    else:
-        seqs = [(b, 0, T) for b in range(B)]
-    o = torch.zeros(B, T, HV, V)
-    finals = []
-    for i, (b, lo, hi) in enumerate(seqs):
-        state = s0[i:i + 1].float() if s0 is not None else None
-        if hi == lo:
-            finals.append(state[0] if state is not None else torch.zeros(HV, K, V))
-            continue
-        sl = lambda x: x[b:b + 1, lo:hi]  # noqa: E731
-        oi, si = fn(q=sl(q), k=sl(k), v=sl(v), g=sl(g), beta=sl(beta), scale=K ** -0.5,
-                    initial_state=state, output_final_state=True)
-        o[b, lo:hi] = oi[0].float()
-        finals.append(si[0].float())
-    return {"o": o, "final_state": torch.stack(finals)}
+    dtype = dtype or torch.float32
+
+    def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=True,
+                use_qk_l2norm_in_kernel=True, cu_seqlens=None):
+        B, T, H, K = q.shape
+        HV, V = v.shape[2], v.shape[3]
+        q, k = q.to(dtype), k.to(dtype)
+        if use_qk_l2norm_in_kernel:
+            q, k = l2norm(q), l2norm(k)
+        if HV != H:  # GVA: value head i uses q/k head i // (HV / H)
+            q, k = (x.repeat_interleave(HV // H, dim=2) for x in (q, k))
+        if cu_seqlens is not None:
+            cu = [int(c) for c in cu_seqlens]
+            seqs = [(0, cu[i], cu[i + 1]) for i in range(len(cu) - 1)]
+        else:
+            seqs = [(b, 0, T) for b in range(B)]
+        rows = [[] for _ in range(B)]  # the pieces of o, per batch row
+        finals = []
+        for i, (b, lo, hi) in enumerate(seqs):
+            state = initial_state[i:i + 1].to(dtype) if initial_state is not None else None
+            if carry_state and finals:
+                state = finals[-1][None]
+            if hi == lo:
+                finals.append(state[0] if state is not None else
+                              torch.zeros(HV, K, V, dtype=dtype))
+                continue
+            sl = lambda x: x[b:b + 1, lo:hi]  # noqa: E731
+            oi, si = fn(q=sl(q), k=sl(k), v=sl(v), g=sl(g), beta=sl(beta), scale=K ** -0.5,
+                        initial_state=state, output_final_state=True)
+            rows[b].append(oi[0].to(dtype))
+            finals.append(si[0].to(dtype))
+        o = []
+        for pieces in rows:  # tokens of no sequence (a tail) give zeros
+            done = sum(p.shape[0] for p in pieces)
+            o.append(torch.cat(pieces + [torch.zeros(T - done, HV, V, dtype=dtype)]))
+        return torch.stack(o), torch.stack(finals)
+
+    return forward
+
+
+def run_naive(case, forward):
+    o, s = forward(**{n: dc.torch_input(case, n) for n in dc.RULE_INPUTS},
+                   initial_state=(dc.torch_input(case, "initial_state")
+                                  if "initial_state" in case.inputs else None),
+                   use_qk_l2norm_in_kernel=case.param("l2", "1") == "1",
+                   cu_seqlens=case.inputs.get("cu_seqlens"))
+    return {"o": o, "final_state": s}
 
 
 def run_kernel(case, fn, device):
     import torch
     dev = torch.device("cuda" if device == "cuda" else "cpu")
-    q, k, v, g, beta = (tensor(case, n, torch).to(dev) for n in ("q", "k", "v", "g", "beta"))
-    s0 = tensor(case, "initial_state", torch).to(dev) if "initial_state" in case.inputs else None
+    q, k, v, g, beta = (dc.torch_input(case, n, dev) for n in dc.RULE_INPUTS)
+    s0 = dc.torch_input(case, "initial_state", dev) if "initial_state" in case.inputs else None
     cu = None
     if "cu_seqlens" in case.inputs:
         cu = torch.from_numpy(case.inputs["cu_seqlens"].astype("int64")).to(dev)
-    # The kernels allocate their outputs (torch.empty): NaN-filled, an unwritten element shows.
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
+    unwritten_shows(torch)
     o, s = fn(q=q, k=k, v=v, g=g, beta=beta, scale=None, initial_state=s0,
               output_final_state="final_state" in case.outputs,
               use_qk_l2norm_in_kernel=case.param("l2", "1") == "1", cu_seqlens=cu)
     if dev.type == "cuda":
         torch.cuda.synchronize()
     return {"o": o, "final_state": s}
+
+
+def unwritten_shows(torch):
+    """The kernels allocate their outputs, and their backward its gradients (torch.empty):
+    NaN-filled from here on, so an element a kernel never writes shows."""
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+
+
+def run_grad(args, case, fn, facts):
+    """gdr_grad through autograd of the function: {dq, dk, dv, dg, dbeta[, dh0]}, or a string
+    (the reason to decline)."""
+    import torch
+    if args.fn not in TRITON:
+        return dc.autograd_gdr_grad(naive_forward(fn, args.wrong == "carry-state"))(case)
+    if args.fn == "fused-recurrent":
+        # Known without running the forward: FLA 0.6's backward raises NotImplementedError at
+        # once (its message is the reason). A backward that does anything else is run below.
+        from fla.ops.gated_delta_rule.fused_recurrent import FusedRecurrentFunction
+        try:
+            FusedRecurrentFunction.backward(None, None, None)
+        except NotImplementedError as e:
+            return f"FLA's fused_recurrent_gated_delta_rule has no backward: {e}"
+        except Exception:  # a real backward, called without a context: run it properly
+            pass
+    dev = torch.device("cuda" if facts["device"] == "cuda" else "cpu")
+    unwritten_shows(torch)
+    # The varlen kernel sees all T tokens with cu_seqlens ending before T (its own contract).
+    grads = dc.autograd_gdr_grad(fn, cut_tail=False)(case, dev)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    return grads
 
 
 def main():
@@ -183,13 +241,17 @@ def main():
     ap.add_argument("--device", choices=("auto", "cuda", "interpreter"), default="auto",
                     help="where the Triton kernels run: cuda, or interpreter (CPU tensors under "
                          "Triton's interpreter, triton_cpu.py); auto: cuda when torch sees a GPU")
+    ap.add_argument("--wrong", choices=("carry-state",),
+                    help="a deliberate bug, for the peer fla-wrong-grad-carry (naive functions "
+                         "only): carry-state starts each packed sequence from the state the "
+                         "previous one ended with")
     return dc.adapter_main(ap, lambda a: resolve(a.fn, a.device), answer)
 
 
 def answer(args, inp, out_path):
     case = dc.Case(inp)
-    if case.op != "gdr":
-        dc.decline(out_path, f"fla_gdr.py implements the op gdr only, not {case.op}")
+    if case.op not in ("gdr", "gdr_grad"):
+        dc.decline(out_path, f"fla_gdr.py implements the ops gdr and gdr_grad only, not {case.op}")
         return
     if case.param("cache") in ("pool", "spec", "ckpt", "accept"):
         dc.decline(out_path, f"cache={case.param('cache')}: states addressed through slot "
@@ -199,11 +261,23 @@ def answer(args, inp, out_path):
     if fn is None:
         dc.decline(out_path, facts)
         return
+    if args.wrong and args.fn in TRITON:
+        dc.fail(f"--wrong {args.wrong} is a bug of the adapter's naive-function wrapper; "
+                f"--fn {args.fn} has none")
+    if args.wrong:
+        facts = dict(facts, wrong=f"{args.wrong}: the adapter's deliberate bug (each packed "
+                                  "sequence starts from the previous one's final state)")
     import torch
     torch.set_num_threads(int(os.environ.get("DELTACHECK_PEER_THREADS", "1")))
-    with torch.no_grad():
-        values = (run_kernel(case, fn, facts["device"]) if args.fn in TRITON else
-                  run_naive(case, fn))
+    if case.op == "gdr_grad":
+        values = run_grad(args, case, fn, facts)
+        if isinstance(values, str):
+            dc.decline(out_path, values, facts)
+            return
+    else:
+        with torch.no_grad():
+            values = (run_kernel(case, fn, facts["device"]) if args.fn in TRITON else
+                      run_naive(case, naive_forward(fn, args.wrong == "carry-state")))
     dc.write_tensors(out_path, case, values, facts)
 
 

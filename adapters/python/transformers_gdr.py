@@ -42,6 +42,10 @@ How the model calls it, and so how this adapter calls it:
   - Decode calls (cache=decode: one token per sequence) are how the model decodes: a batch of N
     rows of one token, [N, 1, ...], with the N states. The harness drives cache=chunked and
     cache=dynamic as prefill and decode calls.
+  - Gradients (gdr_grad cases, docs/gradients.md): torch.autograd.grad of the same calls (the
+    prefix calls of the per-sequence final states included) with the case's do and dht
+    (dc_protocol.autograd_gdr_grad); tokens past cu_seqlens[-1] are cut off before the call, as
+    the model feeds none.
   - Not supported (declined, verdict unsupported): cache=pool / spec (states addressed through
     slot indices: the model has no such interface), ops other than gdr.
 Outputs are taken in the dtype the function returns (o in the input dtype, states fp32) and
@@ -142,67 +146,72 @@ def resolve(model, which, dispatch):
     return ((attr if dispatch else plain), takes_cu, gva), facts
 
 
-def tensor(case, name, torch):
-    import numpy as np
-    a, dtype = case.inputs[name], case.dtypes[name]
-    t = torch.from_numpy(np.ascontiguousarray(a))
-    return t.to({"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, t.dtype))
-
-
-def run_gdr(case, fn, takes_cu, gva):
-    """Outputs {o, final_state}, or a string: the reason to decline."""
+def model_forward(fn, takes_cu, gva):
+    """The modeling function called as the model calls it (the module docstring), as a forward
+    with FLA's keyword convention (dc_protocol.autograd_gdr_grad differentiates it): one call per
+    batch layout; a packed row gets one call with cu_seqlens and one state, and per sequence the
+    state the row carries at its end (the call repeated on the prefix)."""
     import torch
+
+    def call(q, k, v, g, beta, state, l2, cu=None, final=True):
+        extra = {"cu_seqlens": cu} if cu is not None and takes_cu else {}
+        return fn(q, k, v, g=g, beta=beta, initial_state=state, output_final_state=final,
+                  use_qk_l2norm_in_kernel=l2, **extra)
+
+    def forward(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=True,
+                use_qk_l2norm_in_kernel=True, cu_seqlens=None):
+        if not gva and v.shape[2] != q.shape[2]:
+            q, k = (x.repeat_interleave(v.shape[2] // q.shape[2], dim=2) for x in (q, k))
+        l2 = use_qk_l2norm_in_kernel
+        if cu_seqlens is None:  # batch / single layouts: one sequence per row
+            return call(q, k, v, g, beta, initial_state, l2, final=output_final_state)
+        cu = [int(c) for c in cu_seqlens]
+        cu_t = torch.tensor(cu, dtype=torch.long)
+        row_state = initial_state[:1] if initial_state is not None else None
+        o, s = call(q, k, v, g, beta, row_state, l2, cu=cu_t, final=output_final_state)
+        n = len(cu) - 1
+        if not output_final_state or (s is not None and s.shape[0] == n):
+            return o, s
+        # One state for the whole row: per sequence, the state the row carries at its end.
+        HV, K, V = v.shape[2], q.shape[3], v.shape[3]
+        finals = []
+        for i in range(n):
+            end = cu[i + 1]
+            if end == 0:
+                state = row_state[0] if row_state is not None else torch.zeros(HV, K, V)
+            else:
+                sl = lambda x: x[:, :end]  # noqa: E731
+                _, st = call(sl(q), sl(k), sl(v), sl(g), sl(beta), row_state, l2,
+                             cu=torch.tensor([c for c in cu if c <= end], dtype=torch.long))
+                state = st[0]
+            finals.append(state.float())
+        return o, torch.stack(finals)
+
+    return forward
+
+
+def run_gdr(case, forward):
+    """Outputs {o, final_state}, or a string: the reason to decline."""
     cache = case.param("cache")
     if cache in ("pool", "spec", "ckpt", "accept"):
         return ("cache=" + cache + ": states addressed through slot indices; the model's "
                 "function takes one state per batch row and has no slot interface")
-    q, k, v, g, beta = (tensor(case, n, torch) for n in ("q", "k", "v", "g", "beta"))
-    s0 = tensor(case, "initial_state", torch) if "initial_state" in case.inputs else None
-    if not gva and v.shape[2] != q.shape[2]:
-        q, k = (x.repeat_interleave(v.shape[2] // q.shape[2], dim=2) for x in (q, k))
-    l2 = case.param("l2", "1") == "1"
+    x = {n: dc.torch_input(case, n) for n in dc.RULE_INPUTS}
+    s0 = dc.torch_input(case, "initial_state") if "initial_state" in case.inputs else None
     want_final = "final_state" in case.outputs
-    kw = {"use_qk_l2norm_in_kernel": l2}
-
-    def call(q, k, v, g, beta, state, cu=None, final=True):
-        extra = {"cu_seqlens": cu} if cu is not None and takes_cu else {}
-        o, s = fn(q, k, v, g=g, beta=beta, initial_state=state, output_final_state=final,
-                  **kw, **extra)
-        return o, s
-
-    T = q.shape[1]
-    HV, K, V = v.shape[2], q.shape[3], v.shape[3]
-    if "cu_seqlens" not in case.inputs:  # batch / single layouts: one sequence per row
-        o, s = call(q, k, v, g, beta, s0, final=want_final)
-        return {"o": o, "final_state": s}
-    cu = [int(c) for c in case.inputs["cu_seqlens"]]
-    n = len(cu) - 1
-    if cache == "decode" and all(cu[i + 1] - cu[i] == 1 for i in range(n)):
+    l2 = case.param("l2", "1") == "1"
+    T, HV, V = x["q"].shape[1], x["v"].shape[2], x["v"].shape[3]
+    cu = case.inputs.get("cu_seqlens")
+    n = len(cu) - 1 if cu is not None else 0
+    if cache == "decode" and cu is not None and all(cu[i + 1] - cu[i] == 1 for i in range(n)):
         # The model decodes a batch of N rows of one token each, with the N states.
-        rows = lambda x: x.reshape(n, 1, *x.shape[2:])  # noqa: E731
-        o, s = call(rows(q), rows(k), rows(v), rows(g), rows(beta), s0, final=want_final)
+        rows = {name: t.reshape(n, 1, *t.shape[2:]) for name, t in x.items()}
+        o, s = forward(**rows, initial_state=s0, output_final_state=want_final,
+                       use_qk_l2norm_in_kernel=l2)
         return {"o": o.reshape(1, T, HV, V), "final_state": s}
-    # Packed: one row, one state (the first sequence's), cu_seqlens as the model passes it.
-    cu_t = torch.tensor(cu, dtype=torch.long)
-    row_state = s0[:1] if s0 is not None else None
-    o, s = call(q, k, v, g, beta, row_state, cu=cu_t, final=want_final)
-    if not want_final:
-        return {"o": o}
-    if s is not None and s.shape[0] == n:
-        return {"o": o, "final_state": s}
-    # One state for the whole row: per sequence, the state the row carries at its end.
-    finals = []
-    for i in range(n):
-        end = cu[i + 1]
-        if end == 0:
-            state = row_state[0] if row_state is not None else torch.zeros(HV, K, V)
-        else:
-            sl = lambda x: x[:, :end]  # noqa: E731
-            _, st = call(sl(q), sl(k), sl(v), sl(g), sl(beta), row_state,
-                         cu=torch.tensor([c for c in cu if c <= end], dtype=torch.long))
-            state = st[0]
-        finals.append(state.float())
-    return {"o": o, "final_state": torch.stack(finals)}
+    o, s = forward(**x, initial_state=s0, output_final_state=want_final,
+                   use_qk_l2norm_in_kernel=l2, cu_seqlens=cu)
+    return {"o": o, "final_state": s}
 
 
 def main():
@@ -220,8 +229,9 @@ def main():
 
 def answer(args, inp, out_path):
     case = dc.Case(inp)
-    if case.op != "gdr":
-        dc.decline(out_path, f"transformers_gdr.py implements the op gdr only, not {case.op}")
+    if case.op not in ("gdr", "gdr_grad"):
+        dc.decline(out_path, f"transformers_gdr.py implements the ops gdr and gdr_grad only, "
+                             f"not {case.op}")
         return
     resolved, facts = resolve(args.model, args.fn, args.dispatch)
     if resolved is None:
@@ -229,9 +239,12 @@ def answer(args, inp, out_path):
         return
     import torch
     torch.set_num_threads(int(os.environ.get("DELTACHECK_PEER_THREADS", "1")))
-    fn, takes_cu, gva = resolved
-    with torch.no_grad():
-        values = run_gdr(case, fn, takes_cu, gva)
+    forward = model_forward(*resolved)
+    if case.op == "gdr_grad":  # tokens past cu_seqlens[-1] are cut off: the model feeds none
+        values = dc.autograd_gdr_grad(forward)(case)
+    else:
+        with torch.no_grad():
+            values = run_gdr(case, forward)
     if isinstance(values, str):
         dc.decline(out_path, values, facts)
         return

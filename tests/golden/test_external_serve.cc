@@ -112,6 +112,27 @@ TEST_F(ExternalServe, CorrectWorkerPassesWithProbesAndLeakyWorkerLeaks) {
   EXPECT_EQ(r.verdict, Verdict::kLeak) << r.message;
 }
 
+// gdr_grad travels the protocol like any op (docs/external.md, "Gradients"): the forward's
+// inputs, do and dht in; dq ... dh0 out, judged per sequence, the tail bit for bit.
+TEST_F(ExternalServe, GradientsTravelTheProtocol) {
+  const auto judge = [&](const std::string& id, const std::string& backend, bool probes) {
+    pc_ = std::make_unique<harness::PreparedCase>(harness::prepare(cases::Case::parse(id)));
+    serve(kWorker + " --backend " + backend);
+    return run(probes);
+  };
+  const std::string packed = "gdr_grad(layout=packed[6,0,9],H=1,HV=2,K=8,V=8,dht=rand,seed=2)";
+  const std::string tail = "gdr_grad(layout=packed[5,3],H=1,HV=2,K=8,V=8,tail=4,seed=3)";
+  for (const std::string& id : {packed, tail}) {
+    const harness::CaseResult r = judge(id, "cpu", true);
+    EXPECT_EQ(r.verdict, Verdict::kPass) << id << ": " << r.message;
+  }
+  harness::CaseResult r = judge(packed, "wrong:grad-carry-state", true);
+  EXPECT_EQ(r.verdict, Verdict::kLeak) << r.message;
+  r = judge(tail, "wrong:grad-tail-unwritten", false);  // the poison comes back as it went
+  EXPECT_EQ(r.verdict, Verdict::kError) << r.message;
+  EXPECT_NE(r.message.find("unwritten"), std::string::npos) << r.message;
+}
+
 TEST_F(ExternalServe, ACrashIsThatCallsErrorAndTheNextCallStartsANewWorker) {
   // The first worker crashes on its second call; the next one never does.
   const std::string once = dir_ / "crashed";
