@@ -153,7 +153,7 @@ def run_gdr(case, fn, takes_cu, gva):
     """Outputs {o, final_state}, or a string: the reason to decline."""
     import torch
     cache = case.param("cache")
-    if cache in ("pool", "spec", "ckpt", "accept"):
+    if cache in ("pool", "spec", "ckpt", "accept", "tree"):
         return ("cache=" + cache + ": states addressed through slot indices; the model's "
                 "function takes one state per batch row and has no slot interface")
     q, k, v, g, beta = (tensor(case, n, torch) for n in ("q", "k", "v", "g", "beta"))
