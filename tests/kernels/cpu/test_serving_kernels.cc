@@ -124,20 +124,27 @@ TEST(BlockCheckpoints, RejectsBadTables) {
   EXPECT_TRUE(chunked_gated_delta_rule(p, {48, ok.data(), 3, pool.data(), 4}).ok());
 }
 
-TEST(AcceptedResume, StartsFromTheAcceptedRowAndWritesEveryTokensRow) {
-  const int64_t N = 4, T = 3, rows = 16;
-  const Tokens x(N * T);
-  const std::vector<float> pool0 = filled(rows * HV * KV, 7, -0.5, 0.5);
-  const std::vector<int32_t> idx{0, 5, 2, 9, 11, 4, 6, 1, 13, 15, 3, 8};
-  const std::vector<int32_t> accepted{1, 3, 2, 3};
+// The decode of N sequences of T tokens of x on a pool of `rows` rows, writing o.
+RecurrentDecodeParams pool_decode(const Tokens& x, int64_t N, int64_t T, int64_t rows,
+                                  std::vector<float>& pool, std::vector<float>& o) {
   RecurrentDecodeParams p;
   p.num_seqs = N, p.tokens_per_seq = T, p.num_heads = H, p.num_value_heads = HV, p.key_dim = K,
   p.value_dim = V;
   p.q = x.q.data(), p.k = x.k.data(), p.v = x.v.data(), p.g = x.g.data(), p.beta = x.beta.data();
   p.use_qk_l2norm = true;
   p.num_state_rows = rows;
-  std::vector<float> pool = pool0, o(N * T * HV * V, NAN);
   p.o = o.data(), p.state = pool.data();
+  return p;
+}
+
+TEST(AcceptedResume, StartsFromTheAcceptedRowAndWritesEveryTokensRow) {
+  const int64_t N = 4, T = 3, rows = 16;
+  const Tokens x(N * T);
+  const std::vector<float> pool0 = filled(rows * HV * KV, 7, -0.5, 0.5);
+  const std::vector<int32_t> idx{0, 5, 2, 9, 11, 4, 6, 1, 13, 15, 3, 8};
+  const std::vector<int32_t> accepted{1, 3, 2, 3};
+  std::vector<float> pool = pool0, o(N * T * HV * V, NAN);
+  RecurrentDecodeParams p = pool_decode(x, N, T, rows, pool, o);
   p.state_indices = idx.data(), p.num_accepted_tokens = accepted.data();
   ASSERT_TRUE(recurrent_decode(p).ok());
   // The same kernel told the accepted row as each sequence's slot, keeping every token's state.
@@ -179,14 +186,8 @@ TEST(TreeVerify, EachTokenIsItsRootPathRunAsAChain) {
   const std::vector<float> pool0 = filled(rows * HV * KV, 8, -0.5, 0.5);
   const std::vector<int32_t> parents{-1, 0, 0, 1, -1, -1, 0, 1, 2, 3};
   const std::vector<int32_t> idx{3, 7, 1, 12, 5, 9, 0, 13, 4, 10}, start{11, 2};
-  RecurrentDecodeParams p;
-  p.num_seqs = N, p.tokens_per_seq = T, p.num_heads = H, p.num_value_heads = HV, p.key_dim = K,
-  p.value_dim = V;
-  p.q = x.q.data(), p.k = x.k.data(), p.v = x.v.data(), p.g = x.g.data(), p.beta = x.beta.data();
-  p.use_qk_l2norm = true;
-  p.num_state_rows = rows;
   std::vector<float> pool = pool0, o(N * T * HV * V, NAN);
-  p.o = o.data(), p.state = pool.data();
+  RecurrentDecodeParams p = pool_decode(x, N, T, rows, pool, o);
   p.state_indices = idx.data(), p.state_slots = start.data(), p.parents = parents.data();
   ASSERT_TRUE(recurrent_decode(p).ok());
   std::vector<bool> written(rows, false);
