@@ -526,8 +526,11 @@ CaseResult decide_verdict(const PreparedCase& pc, const std::vector<Compared>& c
   }
   r.leak_seq = -1;
   r.leak_token = -1;
+  // What the operation can tell about the first wrong token (a tree draft: its parent).
+  const std::string why = op.explain_failure(pc.c, at.seq, at.token);
+  const std::string where = why.empty() ? at.where : at.where + ": " + why;
   return with_verdict(std::move(r), Verdict::kFail,
-                      at.where.empty() ? first_problem : first_problem + " (" + at.where + ")");
+                      where.empty() ? first_problem : first_problem + " (" + where + ")");
 }
 
 }  // namespace

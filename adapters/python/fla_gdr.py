@@ -253,7 +253,7 @@ def answer(args, inp, out_path):
     if case.op not in ("gdr", "gdr_grad"):
         dc.decline(out_path, f"fla_gdr.py implements the ops gdr and gdr_grad only, not {case.op}")
         return
-    if case.param("cache") in ("pool", "spec", "ckpt", "accept"):
+    if case.param("cache") in ("pool", "spec", "ckpt", "accept", "tree"):
         dc.decline(out_path, f"cache={case.param('cache')}: states addressed through slot "
                              "indices; FLA's functions take one state per sequence, no slots")
         return

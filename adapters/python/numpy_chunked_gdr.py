@@ -114,7 +114,9 @@ def run_serving(case, x, tensors, seqs):
     """The serving contracts (docs/serving.md) in the chunked form. cache=ckpt: each block of
     `calls` tokens as its own prefill from the previous block's state, which goes into
     block_slots[i, block]. cache=accept: every prefix from row state_indices[i,
-    num_accepted_tokens[i] - 1], prefix t + 1's state into row state_indices[i, t]."""
+    num_accepted_tokens[i] - 1], prefix t + 1's state into row state_indices[i, t]. cache=tree:
+    each token's root path (its ancestors, then itself; parents[i, t] = -1 is the start row
+    state_slots[i]) as one chunked sequence, the path's end state into row state_indices[i, t]."""
     q, k, v, g, beta = tensors
     K = q.shape[3]
     before = x["state_pool"].astype(F32)
@@ -132,6 +134,16 @@ def run_serving(case, x, tensors, seqs):
                 end = min(at + bs, hi)
                 o[b, at:end] = chunked_rule(*(a[at:end] for a in args), state, scale)
                 pool[int(x["block_slots"][i, j])] = state
+        elif "parents" in x:
+            parents = [int(u) for u in x["parents"][i]]
+            for t, row in enumerate(int(r) for r in x["state_indices"][i]):
+                path, u = [], t
+                while u >= 0:
+                    path.insert(0, lo + u)
+                    u = parents[u]
+                state = before[int(x["state_slots"][i])].copy()
+                o[b, lo + t] = chunked_rule(*(a[path] for a in args), state, scale)[-1]
+                pool[row] = state
         else:
             rows = [int(r) for r in x["state_indices"][i]]
             start = before[rows[int(x["num_accepted_tokens"][i]) - 1]]

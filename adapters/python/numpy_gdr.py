@@ -134,7 +134,8 @@ def run_serving(p, x, tensors, seqs):
     """The serving contracts (docs/serving.md). cache=ckpt: block by block, the state after each
     block of `calls` tokens (or at the sequence's end) into block_slots[i, block]. cache=accept:
     from row state_indices[i, num_accepted_tokens[i] - 1], token t's state into row
-    state_indices[i, t]."""
+    state_indices[i, t]. cache=tree: token t from its parent's state (parents[i, t] = -1: row
+    state_slots[i]), its state into row state_indices[i, t]."""
     q, k, v, g, beta = tensors
     B, T, HV, V = v.shape
     K = q.shape[3]
@@ -150,6 +151,16 @@ def run_serving(p, x, tensors, seqs):
                 o[b, at:end] = gated_delta_rule(q[b, at:end], k[b, at:end], v[b, at:end],
                                                 g[b, at:end], beta[b, at:end], state, K ** -0.5)
                 pool[int(x["block_slots"][i, j])] = state
+        elif "parents" in x:
+            rows = [int(r) for r in x["state_indices"][i]]
+            states = []
+            for t, parent in enumerate(int(u) for u in x["parents"][i]):
+                state = (before[int(x["state_slots"][i])] if parent < 0 else states[parent]).copy()
+                at = slice(lo + t, lo + t + 1)
+                o[b, at] = gated_delta_rule(q[b, at], k[b, at], v[b, at], g[b, at], beta[b, at],
+                                            state, K ** -0.5)
+                states.append(state)
+                pool[rows[t]] = state
         else:
             rows = [int(r) for r in x["state_indices"][i]]
             state = before[rows[int(x["num_accepted_tokens"][i]) - 1]].copy()

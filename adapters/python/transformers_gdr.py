@@ -193,7 +193,7 @@ def model_forward(fn, takes_cu, gva):
 def run_gdr(case, forward):
     """Outputs {o, final_state}, or a string: the reason to decline."""
     cache = case.param("cache")
-    if cache in ("pool", "spec", "ckpt", "accept"):
+    if cache in ("pool", "spec", "ckpt", "accept", "tree"):
         return ("cache=" + cache + ": states addressed through slot indices; the model's "
                 "function takes one state per batch row and has no slot interface")
     x = {n: dc.torch_input(case, n) for n in dc.RULE_INPUTS}

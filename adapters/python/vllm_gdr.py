@@ -310,8 +310,9 @@ def answer(args, inp, out_path):
                              "states (vLLM verifies drafts with the recurrent kernel)")
         return
     if cache not in ("none", "prefill", "decode", "chunked", "dynamic", "pool", "spec", "accept"):
-        dc.decline(out_path, f"cache={cache}: no such call in vLLM's use of these kernels (its "
-                             "block checkpoints come from FlashInfer's chunked prefill)")
+        why = ("its block checkpoints come from FlashInfer's chunked prefill" if cache == "ckpt"
+               else "its verify takes chains of drafts, no parent indices")
+        dc.decline(out_path, f"cache={cache}: no such call in vLLM's use of these kernels ({why})")
         return
     fn, facts = resolve(args.fn, args.device, args.wrong)  # imported once per process
     if fn is None:

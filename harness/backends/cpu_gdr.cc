@@ -34,7 +34,8 @@ kernels::cpu::RecurrentDecodeParams decode_params(const ops::gdr::Params& d,
 namespace {
 
 // cache=ckpt: the chunked prefill writing block checkpoints into a copy of the pool; accept: the
-// recurrent decode resuming from each sequence's accepted row.
+// recurrent decode resuming from each sequence's accepted row; tree: the recurrent decode taking
+// each token from its parent's row.
 Status run_cpu_serving_case(const ops::gdr::Params& d, const cases::TensorMap& in,
                             cases::TensorMap& out) {
   cases::Tensor& pool = out.at("state_pool");
@@ -53,7 +54,12 @@ Status run_cpu_serving_case(const ops::gdr::Params& d, const cases::TensorMap& i
   p.state = pool.as<float>();
   p.num_state_rows = pool.shape()[0];
   p.state_indices = in.at("state_indices").as<int32_t>();
-  p.num_accepted_tokens = in.at("num_accepted_tokens").as<int32_t>();
+  if (d.cache == ops::gdr::Cache::kTree) {
+    p.state_slots = in.at("state_slots").as<int32_t>();
+    p.parents = in.at("parents").as<int32_t>();
+  } else {
+    p.num_accepted_tokens = in.at("num_accepted_tokens").as<int32_t>();
+  }
   return kernels::cpu::recurrent_decode(p);
 }
 

@@ -29,7 +29,7 @@ class WrongBackend : public Backend {
     if (c.op() != "gdr") return Support::No(name() + " implements only gdr");
     const ops::gdr::Params d = ops::gdr::decode(c);
     if (d.pooled()) return Support::No(name() + " has no pooled-state mode");
-    if (d.serving()) return Support::No(name() + " has no serving mode (cache=ckpt, accept)");
+    if (d.serving()) return Support::No(name() + " has no serving mode (cache=ckpt, accept, tree)");
     return Support::Yes();
   }
 };

@@ -11,6 +11,11 @@
 //                              accepted
 //   wrong:accept-count-ignored cache=accept: ignores num_accepted_tokens (resumes from the first
 //                              token's row, as a plain continuous-batching decode does)
+//   wrong:tree-chain           cache=tree: the draft tree taken as a chain (each token from the
+//                              previous token's state, as a multi-token decode does)
+//   wrong:tree-parent-off-by-one cache=tree: each token from the token before its parent (the
+//                              parent index read one too low; parent 0 reads the start state)
+#include <algorithm>
 #include <cstring>
 
 #include "harness/backends/backends.h"
@@ -195,6 +200,36 @@ class WrongServing : public WrongCacheBackend {
   Bug bug_;
 };
 
+// A wrong tree verify: the right kernel given wrong parents.
+class WrongTree : public WrongCacheBackend {
+ public:
+  enum class Bug { kChain, kParentOffByOne };
+  WrongTree(std::string name, std::string description, Bug bug)
+      : name_(std::move(name)), description_(std::move(description)), bug_(bug) {}
+  std::string name() const override { return name_; }
+  std::string description() const override { return description_; }
+  Support supports(const cases::Case& c) const override {
+    if (c.op() == "gdr" && ops::gdr::decode(c).cache == ops::gdr::Cache::kTree)
+      return Support::Yes();
+    return Support::No("cache=tree only");
+  }
+  Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
+    cases::TensorMap wrong = in;
+    cases::Tensor& parents = wrong.at("parents");
+    const int64_t tokens = parents.shape()[1];
+    int32_t* p = parents.as<int32_t>();
+    for (int64_t i = 0; i < parents.numel(); ++i) {
+      const int32_t t = static_cast<int32_t>(i % tokens);
+      p[i] = bug_ == Bug::kChain ? t - 1 : std::max(p[i] - 1, -1);
+    }
+    return run_cpu_gdr_case(c, wrong, out);
+  }
+
+ private:
+  std::string name_, description_;
+  Bug bug_;
+};
+
 }  // namespace
 
 std::vector<std::unique_ptr<Backend>> make_wrong_cache_backends() {
@@ -218,6 +253,15 @@ std::vector<std::unique_ptr<Backend>> make_wrong_cache_backends() {
       "wrong:accept-count-ignored",
       "deliberately wrong: speculative verify ignores num_accepted_tokens",
       Bug::kAcceptCountIgnored));
+  v.push_back(std::make_unique<WrongTree>(
+      "wrong:tree-chain",
+      "deliberately wrong: tree verify takes the draft tree as a chain (each token from the "
+      "previous token's state)",
+      WrongTree::Bug::kChain));
+  v.push_back(std::make_unique<WrongTree>(
+      "wrong:tree-parent-off-by-one",
+      "deliberately wrong: tree verify takes each token from the token before its parent",
+      WrongTree::Bug::kParentOffByOne));
   v.push_back(make_wrong_conv_backend());
   return v;
 }

@@ -31,6 +31,7 @@ void load_qk(const RecurrentDecodeParams& p, const void* src, int64_t offset, fl
 
 // The pool row sequence seq starts from (negative: a padding entry).
 int64_t start_row(const RecurrentDecodeParams& p, int64_t seq) {
+  if (p.parents) return p.state_slots[seq];
   if (p.state_indices) {
     const int64_t accepted = p.num_accepted_tokens ? p.num_accepted_tokens[seq] : 1;
     return p.state_indices[seq * p.tokens_per_seq + accepted - 1];
@@ -56,6 +57,11 @@ void decode_lane(const RecurrentDecodeParams& p, int64_t seq, int64_t head, int6
   for (int64_t t = 0; t < p.tokens_per_seq; ++t) {
     const int64_t token = seq * p.tokens_per_seq + t;
     const int64_t lane = token * HV + head;
+    if (p.parents) {  // a tree: from the parent's row (written earlier by this lane) or the start
+      const int32_t parent = p.parents[token];
+      const int64_t from = parent < 0 ? row : p.state_indices[seq * p.tokens_per_seq + parent];
+      std::copy_n(p.state + (from * HV + head) * K * V, K * V, S);
+    }
     load_qk(p, p.q, (token * H + qk_head) * K, scale, q);
     load_qk(p, p.k, (token * H + qk_head) * K, 1.0f, k);
     const float decay = std::exp(p.g[lane]);
@@ -110,7 +116,24 @@ Status recurrent_decode(const RecurrentDecodeParams& p) {
     if (Status st = check_state_slots(p.state_indices, p.num_seqs * p.tokens_per_seq, rows, true);
         !st.ok())
       return st;
-    for (int64_t i = 0; p.num_accepted_tokens && i < p.num_seqs; ++i)
+    if (p.parents) {
+      if (Status st = check_state_slots(p.state_slots, p.num_seqs, rows, false); !st.ok())
+        return st;
+      if (!p.state_slots) return Status::InvalidArgument("parents need state_slots (start rows)");
+      for (int64_t i = 0; i < p.num_seqs * p.tokens_per_seq; ++i) {
+        const int64_t t = i % p.tokens_per_seq;
+        if (p.parents[i] < -1 || p.parents[i] >= t)
+          return Status::InvalidArgument("parents[" + std::to_string(i / p.tokens_per_seq) + ", " +
+                                         std::to_string(t) + "] = " + std::to_string(p.parents[i]) +
+                                         " outside -1.." + std::to_string(t - 1) +
+                                         " (parents come before their children)");
+        if (p.state_indices[i] < 0 && p.state_slots[i / p.tokens_per_seq] >= 0)
+          return Status::InvalidArgument("state_indices[" + std::to_string(i / p.tokens_per_seq) +
+                                         ", " + std::to_string(t) +
+                                         "] < 0: a tree token needs its row");
+      }
+    }
+    for (int64_t i = 0; !p.parents && p.num_accepted_tokens && i < p.num_seqs; ++i)
       if (p.num_accepted_tokens[i] < 1 || p.num_accepted_tokens[i] > p.tokens_per_seq)
         return Status::InvalidArgument("num_accepted_tokens[" + std::to_string(i) +
                                        "] = " + std::to_string(p.num_accepted_tokens[i]) +

@@ -43,9 +43,16 @@ struct RecurrentDecodeParams {
   // are not written. num_accepted_tokens nullptr: every count is 1.
   const int32_t* state_indices = nullptr;
   const int32_t* num_accepted_tokens = nullptr;  // [N], each in 1..tokens
-  float scale = 0.0f;                            // <= 0: K^-0.5
-  bool use_qk_l2norm = false;                    // x / sqrt(sum(x^2) + 1e-6) on q and k
-  int num_threads = 0;                           // 0: all hardware threads
+  // Tree-shaped drafts (SGLang's retrieve_parent_token, FlashInfer's tree verify;
+  // docs/serving.md): with parents [N, tokens] and state_indices [N, tokens] (num_accepted_tokens
+  // unused), token t of sequence i starts from its parent's state, row state_indices[i,
+  // parents[i, t]], or from row state_slots[i] (only read) where parents[i, t] is -1, and writes
+  // its state into row state_indices[i, t]. Parents come before their children; every token's row
+  // must be >= 0. A negative state_slots[i] marks a padding entry.
+  const int32_t* parents = nullptr;
+  float scale = 0.0f;          // <= 0: K^-0.5
+  bool use_qk_l2norm = false;  // x / sqrt(sum(x^2) + 1e-6) on q and k
+  int num_threads = 0;         // 0: all hardware threads
 };
 
 Status recurrent_decode(const RecurrentDecodeParams& p);

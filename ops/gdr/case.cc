@@ -58,16 +58,17 @@ OpSchema gdr_schema() {
           choice(
               "state", "rand", {"none", "rand", "mixed"},
               "initial state: none (zeros) | rand (random) | mixed (alternating zero and random)"),
-          choice(
-              "cache", "prefill",
-              {"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec", "ckpt", "accept"},
-              "none: no state in or out | prefill: initial state in, final out | decode: one "
-              "token per sequence | chunked: each sequence prefilled in several calls | "
-              "dynamic: prefill then one-token decode steps | pool: states in a slot-addressed "
-              "pool with padding entries | spec: multi-token decode writing a state per token | "
-              "ckpt: prefill writing the state at every block boundary into per-block pool "
-              "slots | accept: speculative verify resuming from the accepted token's state "
-              "(num_accepted_tokens, state_indices)"),
+          choice("cache", "prefill",
+                 {"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec", "ckpt",
+                  "accept", "tree"},
+                 "none: no state in or out | prefill: initial state in, final out | decode: one "
+                 "token per sequence | chunked: each sequence prefilled in several calls | "
+                 "dynamic: prefill then one-token decode steps | pool: states in a slot-addressed "
+                 "pool with padding entries | spec: multi-token decode writing a state per token | "
+                 "ckpt: prefill writing the state at every block boundary into per-block pool "
+                 "slots | accept: speculative verify resuming from the accepted token's state "
+                 "(num_accepted_tokens, state_indices) | tree: tree-shaped drafts, each token from "
+                 "its parent's state (parents, state_slots, state_indices)"),
           integer("calls", "3", 1, 2048,
                   "chunked: pieces per sequence; dynamic: decode steps; pool: padding entries; "
                   "spec: draft tokens (layout batch[NxT] is then N sequences of T drafts); "
@@ -165,7 +166,7 @@ TensorMap generate(const Case& c, const GenOptions& o) {
   }
   if (d.serving()) {
     generate_serving(d, m);
-    if (d.cache == Cache::kAccept) return m;
+    if (d.cache == Cache::kAccept || d.cache == Cache::kTree) return m;
   }
   if (d.pooled()) {
     Tensor& pool = m.add(Tensor("state_pool", DType::kF32, {pool_size(d), d.HV, d.K, d.V}));
@@ -322,6 +323,26 @@ void gdr_suite(SuiteBuilder& b, Tier t) {
              {"dtype", dt},
              {"K", "128"},
              {"V", "128"}});
+  }
+  // Tree-shaped drafts (cache=tree), seeds from 3000: every batch holds chains, fans, stars and
+  // random trees in a seeded rotation (ops/gdr/serving.h).
+  int tree_seed = 3000;
+  auto tree = [&](const SuiteParams& over) {
+    b.add("gdr",
+          merge(merge(base, {{"seed", std::to_string(tree_seed++)}, {"cache", "tree"}}), over));
+  };
+  tree({{"layout", "batch[4x6]"}});
+  if (tier >= 1) {
+    tree({{"layout", "batch[8x5]"}, {"dtype", "bf16"}});
+    tree({{"layout", "batch[6x7]"}, {"dtype", "fp16"}});
+    tree({{"layout", "batch[5x2]"}, {"gate", "zero"}});
+    tree({{"layout", "batch[9x8]"}, {"K", "100"}, {"V", "60"}, {"HV", "8"}});
+  }
+  if (tier >= 2) {
+    tree({{"layout", "batch[4x1]"}});  // single nodes: nothing a tree could get wrong
+    for (const auto& dt : dtypes)
+      tree({{"layout", "batch[16x16]"}, {"dtype", dt}, {"K", "128"}, {"V", "128"}});
+    tree({{"layout", "batch[12x3]"}, {"l2", "0"}, {"gate", "weak"}});
   }
   if (tier < 1) return;
   // Appended later, with seeds of their own (from 1000), so that the cases above keep their ids.

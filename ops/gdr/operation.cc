@@ -199,7 +199,7 @@ class GdrOperation : public Operation {
 
   TensorMajor major(const std::string& t) const override {
     if (t == "initial_state" || t == "final_state" || t == "state_slots" || t == "token_states" ||
-        t == "block_slots" || t == "state_indices" || t == "num_accepted_tokens")
+        t == "block_slots" || t == "state_indices" || t == "num_accepted_tokens" || t == "parents")
       return TensorMajor::kSequence;
     if (t == "q" || t == "k" || t == "v" || t == "g" || t == "beta" || t == "o")
       return TensorMajor::kToken;
@@ -218,6 +218,12 @@ class GdrOperation : public Operation {
     const Params d = decode(c);
     if (d.cache == Cache::kNone || d.pooled() || d.serving()) return {};
     return {{"final_state", "initial_state"}};
+  }
+
+  // cache=tree: the first wrong token with its parent and its request's tree shape.
+  std::string explain_failure(const cases::Case& c, int64_t seq, int64_t token) const override {
+    const Params d = decode(c);
+    return d.cache == Cache::kTree ? describe_tree_token(d, seq, token) : "";
   }
 
   CallMode call_mode(const cases::Case& c) const override {

@@ -19,15 +19,26 @@ enum class Gate { kZero, kWeak, kStrong, kTail };
 enum class Beta { kRand, kZero, kOne, kWide };
 enum class Keys { kNorm, kPos };
 enum class State { kNone, kRand, kMixed };
-enum class Cache { kNone, kPrefill, kDecode, kChunked, kDynamic, kPool, kSpec, kCkpt, kAccept };
+enum class Cache {
+  kNone,
+  kPrefill,
+  kDecode,
+  kChunked,
+  kDynamic,
+  kPool,
+  kSpec,
+  kCkpt,
+  kAccept,
+  kTree
+};
 
 // The names the case id spells each value with (index = enum value).
 inline constexpr std::array<const char*, 4> kGateNames{"zero", "weak", "strong", "tail"};
 inline constexpr std::array<const char*, 4> kBetaNames{"rand", "zero", "one", "wide"};
 inline constexpr std::array<const char*, 2> kKeysNames{"norm", "pos"};
 inline constexpr std::array<const char*, 3> kStateNames{"none", "rand", "mixed"};
-inline constexpr std::array<const char*, 9> kCacheNames{
-    "none", "prefill", "decode", "chunked", "dynamic", "pool", "spec", "ckpt", "accept"};
+inline constexpr std::array<const char*, 10> kCacheNames{
+    "none", "prefill", "decode", "chunked", "dynamic", "pool", "spec", "ckpt", "accept", "tree"};
 inline const char* name(Cache c) { return kCacheNames[static_cast<size_t>(c)]; }
 
 // A gdr case's parameters. B, T: the [B, T, ...] tensors' leading dims; N: packed sequences.
@@ -49,8 +60,10 @@ struct Params {
 
   // cache=pool or spec: states live in a slot-addressed pool.
   bool pooled() const { return cache == Cache::kPool || cache == Cache::kSpec; }
-  // cache=ckpt or accept: the serving kernel contracts (ops/gdr/serving.h).
-  bool serving() const { return cache == Cache::kCkpt || cache == Cache::kAccept; }
+  // cache=ckpt, accept or tree: the serving kernel contracts (ops/gdr/serving.h).
+  bool serving() const {
+    return cache == Cache::kCkpt || cache == Cache::kAccept || cache == Cache::kTree;
+  }
 };
 
 // The parameters of a gdr case; throws std::invalid_argument for a case of another op.

@@ -19,7 +19,16 @@
 // all rejected, k all accepted) and writes the state after each of its T tokens into row
 // state_indices[s, t], in place on the pool.
 //
-// In both modes a sequence's rows lie in a range of its own (shuffled inside, ranges in shuffled
+// cache=tree (tree-shaped speculative drafts, SGLang's retrieve_parent_token / FlashInfer's tree
+// verify): layout batch[NxT], T draft tokens per request forming a tree: parents[s, t] is the
+// index of token t's parent among the request's tokens (parents come before their children), -1
+// the request's start state, pool row state_slots[s] (read, never written). Token t's state is
+// its parent's state (or the start state) updated with token t; it is written into row
+// state_indices[s, t]; every token has its output. The shapes come from the seed: request s is a
+// chain, a fan (one root, every other token its child), a star (every token from the start
+// state) or a random tree, in a seeded rotation; batch[Nx1] is a batch of single nodes.
+//
+// In every mode a sequence's rows lie in a range of its own (shuffled inside, ranges in shuffled
 // order, unused rows between them); unused rows must come back bit-identical.
 #pragma once
 
@@ -41,10 +50,11 @@ int64_t ckpt_blocks(const Params& p, int64_t seq);
 int64_t ckpt_max_blocks(const Params& p);
 
 // The pool of a serving case: its rows, each sequence's first row and row count, and the slot
-// table (ckpt: block_slots [N, max_blocks]; accept: state_indices [N, T]).
+// table (ckpt: block_slots [N, max_blocks]; accept, tree: state_indices [N, T]); tree: each
+// request's start row (state_slots, inside its range).
 struct ServingSlots {
   int64_t rows = 0;
-  std::vector<int64_t> first, count;
+  std::vector<int64_t> first, count, start;
   std::vector<int32_t> table;
   int64_t columns = 0;
 };
@@ -53,10 +63,21 @@ ServingSlots serving_slots(const Params& p);
 // cache=accept: num_accepted_tokens [N], each in 1..T, every value present when N >= T.
 std::vector<int32_t> accepted_counts(const Params& p);
 
+// cache=tree: the shapes a request's draft tree takes, and request s's shape.
+enum class TreeShape { kChain, kFan, kStar, kRandom };
+const char* name(TreeShape t);
+TreeShape tree_shape(const Params& p, int64_t seq);
+// cache=tree: parents [N, T] (row-major), each in -1 .. t - 1.
+std::vector<int32_t> tree_parents(const Params& p);
+// cache=tree: "token t of request s (parent u, a fan of 5)" for failure messages; t < 0: the
+// request alone.
+std::string describe_tree_token(const Params& p, int64_t seq, int64_t token);
+
 // "" or what makes a serving case invalid.
 std::string check_serving(const Params& p);
 
-// The serving inputs: state_pool and the slot table (and num_accepted_tokens for accept).
+// The serving inputs: state_pool and the slot table (and num_accepted_tokens for accept,
+// state_slots and parents for tree).
 void generate_serving(const Params& p, cases::TensorMap& m);
 
 std::vector<OutputSpec> serving_outputs(const Params& p);

@@ -21,9 +21,9 @@ def test_correct_kernel_passes_every_supported_case():
     verdicts = {r.verdict for r in res}
     assert res.ok, res.summary()
     assert verdicts == {"pass", "unsupported"}, res.summary()
-    # unsupported: exactly the slot-pool modes (pool, spec, and the serving contracts ckpt and
-    # accept, docs/serving.md), which the fla convention cannot express
-    slot_modes = ("cache=pool", "cache=spec", "cache=ckpt", "cache=accept")
+    # unsupported: exactly the slot-pool modes (pool, spec, and the serving contracts ckpt,
+    # accept and tree, docs/serving.md), which the fla convention cannot express
+    slot_modes = ("cache=pool", "cache=spec", "cache=ckpt", "cache=accept", "cache=tree")
     for r in res:
         if r.verdict == "unsupported":
             assert any(m in r.case_id for m in slot_modes), r.line()

@@ -422,7 +422,7 @@ DELTACHECK_INSTANTIATE_SUITE(ApiSuiteCpu, dc::Selection("smoke").filter("^gdr\\(
                              [] { return dc::make_backend("cpu"); });
 DELTACHECK_EXPECT_VERDICTS(
     ApiSuiteLeaky,
-    dc::Selection("smoke").filter("^gdr\\(").exclude("cache=(pool|spec|ckpt|accept)"),
+    dc::Selection("smoke").filter("^gdr\\(").exclude("cache=(pool|spec|ckpt|accept|tree)"),
     [] { return dc::make_backend("wrong:ignore-cu-seqlens"); },
     [](const dc::Case& c) {
       return std::vector<Verdict>{nonempty_sequences(c) >= 2 ? Verdict::kLeak : Verdict::kPass};

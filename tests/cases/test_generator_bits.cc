@@ -29,12 +29,14 @@ uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
 }
 
 // Which cases a hash covers: those calibrated first, the gdr serving contracts' cases
-// (cache=ckpt, accept), the serving scenarios (op serve) or the backward's (op gdr_grad). Each
-// later part has seeds of its own and is pinned on its own, so the others' bits stay as they were.
-enum class Part { kCalibrated, kServingModes, kScenarios, kGrad };
+// (cache=ckpt, accept), the serving scenarios (op serve), the backward's (op gdr_grad) or the
+// tree-shaped drafts' (cache=tree). Each later part has seeds of its own and is pinned on its own,
+// so the others' bits stay as they were.
+enum class Part { kCalibrated, kServingModes, kScenarios, kGrad, kTree };
 Part part_of(const Case& c) {
   if (c.op() == "serve") return Part::kScenarios;
   if (c.op() == "gdr_grad") return Part::kGrad;
+  if (c.op() == "gdr" && c.get("cache") == "tree") return Part::kTree;
   if (c.op() == "gdr" && (c.get("cache") == "ckpt" || c.get("cache") == "accept"))
     return Part::kServingModes;
   return Part::kCalibrated;
@@ -92,6 +94,12 @@ TEST_P(GeneratorBits, SmokeServingScenarioInputsAsPinned) {
 TEST_P(GeneratorBits, SmokeSuiteGradInputsAsCalibrated) {
   EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kGrad)), "9d8b7a0510a98d12");
   EXPECT_EQ(hex(suite_inputs_hash("smoke", true, Part::kGrad)), "e4e178824c130db2");
+}
+
+// The tree-shaped drafts' inputs (their parents included), pinned on their own.
+TEST_P(GeneratorBits, SmokeSuiteTreeInputsAsPinned) {
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kTree)), "a61fc1be37b30425");
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", true, Part::kTree)), "cc4afbb501715738");
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, GeneratorBits, testing::Values(false, true),

@@ -26,14 +26,15 @@ std::vector<cases::Case> gdr_cases_with_cache(const std::vector<std::string>& mo
 TEST(CacheModes, EveryModeIsInTheGateAndPassesOnCpu) {
   auto cpu = make_backend("cpu");
   std::map<std::string, int> per_mode;
-  for (const cases::Case& c : gdr_cases_with_cache(
-           {"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec", "ckpt", "accept"})) {
+  for (const cases::Case& c :
+       gdr_cases_with_cache({"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec",
+                             "ckpt", "accept", "tree"})) {
     const CaseResult r = run_case(prepare(c), *cpu, true);
     EXPECT_EQ(r.verdict, Verdict::kPass) << c.id() << ": " << r.message;
     ++per_mode[c.get("cache")];
   }
-  for (const char* m :
-       {"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec", "ckpt", "accept"})
+  for (const char* m : {"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec", "ckpt",
+                        "accept", "tree"})
     EXPECT_GE(per_mode[m], 3) << m;
 }
 
@@ -122,7 +123,10 @@ INSTANTIATE_TEST_SUITE_P(
         Expectation{"wrong:ckpt-late", {"ckpt"}, {Verdict::kFail}},
         Expectation{"wrong:ckpt-early", {"ckpt"}, {Verdict::kFail}},
         Expectation{"wrong:accept-last-draft", {"accept"}, {Verdict::kFail}},
-        Expectation{"wrong:accept-count-ignored", {"accept"}, {Verdict::kFail}}),
+        Expectation{"wrong:accept-count-ignored", {"accept"}, {Verdict::kFail}},
+        // Tree verify: every gate tree case holds chains, fans, stars and random trees.
+        Expectation{"wrong:tree-chain", {"tree"}, {Verdict::kFail}},
+        Expectation{"wrong:tree-parent-off-by-one", {"tree"}, {Verdict::kFail}}),
     [](const auto& info) {
       std::string n = info.param.backend.substr(6);
       for (char& ch : n)

@@ -21,11 +21,12 @@ namespace {
 Support gdr_support(const cases::Case& c) {
   const ops::gdr::Params d = ops::gdr::decode(c);  // every cache mode but the serving ones
   if (d.serving())
-    return Support::No(std::string("kernels/cuda has no serving kernel for cache=") +
-                       ops::gdr::name(d.cache) +
-                       (d.cache == ops::gdr::Cache::kCkpt
-                            ? " (block checkpoints inside the chunked prefill)"
-                            : " (resume from num_accepted_tokens' row of state_indices)"));
+    return Support::No(
+        std::string("kernels/cuda has no serving kernel for cache=") + ops::gdr::name(d.cache) +
+        (d.cache == ops::gdr::Cache::kCkpt ? " (block checkpoints inside the chunked prefill)"
+         : d.cache == ops::gdr::Cache::kTree
+             ? " (tree verify: each draft token from its parent's state)"
+             : " (resume from num_accepted_tokens' row of state_indices)"));
   // The kernels' own host-side check, on placeholder pointers (it reads only shapes, dtype and
   // which pointers are set).
   static const char placeholder = 0;

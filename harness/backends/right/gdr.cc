@@ -98,12 +98,55 @@ template SequenceInputs<double> gdr_sequence<double>(const cases::Case&, const c
 
 namespace {
 
+// cache=tree (docs/serving.md): each token's root path (the start state, its ancestors, itself)
+// run as one sequence of the formulation from the request's start row; the path's last output is
+// the token's, its end state the token's row. No state is taken from another token's row.
+Status run_gdr_tree(Formulation f, const cases::Case& c, const cases::TensorMap& in,
+                    cases::TensorMap& out) {
+  const ops::gdr::Params d = ops::gdr::decode(c);
+  const int64_t per = d.HV * d.K * d.V, row = d.HV * d.V;
+  cases::Tensor& o = out.at("o");
+  cases::Tensor& pool = out.at("state_pool");
+  std::memcpy(pool.data(), in.at("state_pool").data(), pool.nbytes());
+  const float* before = in.at("state_pool").as<float>();
+  const int32_t* parents = in.at("parents").as<int32_t>();
+  const int32_t* idx = in.at("state_indices").as<int32_t>();
+  const int32_t* start = in.at("state_slots").as<int32_t>();
+  std::vector<float> state(static_cast<size_t>(per)), o_path;
+  for (int64_t s = 0; s < d.N; ++s)
+    for (int64_t t = 0; t < d.T; ++t) {
+      std::vector<int64_t> path;  // tokens from the root down to t
+      for (int64_t u = t; u >= 0; u = parents[s * d.T + u]) {
+        if (parents[s * d.T + u] >= u) return Status::InvalidArgument("parents: a child first");
+        path.insert(path.begin(), u);
+      }
+      SequenceInputs<float> x = gdr_sequence<float>(c, in, s * d.T + path[0], 1);
+      for (size_t i = 1; i < path.size(); ++i) {
+        const SequenceInputs<float> y = gdr_sequence<float>(c, in, s * d.T + path[i], 1);
+        auto append = [](std::vector<float>& dst, const std::vector<float>& src) {
+          dst.insert(dst.end(), src.begin(), src.end());
+        };
+        append(x.q, y.q), append(x.k, y.k), append(x.v, y.v), append(x.g, y.g);
+        append(x.beta, y.beta);
+      }
+      x.length = static_cast<int64_t>(path.size());
+      std::copy_n(before + start[s] * per, per, state.begin());
+      o_path.assign(static_cast<size_t>(x.length * row), 0.0f);
+      rule_sequence(f, d.dtype, x, state.data(), o_path.data(), static_cast<float*>(nullptr));
+      for (int64_t i = 0; i < row; ++i)
+        store(o, (s * d.T + t) * row + i, o_path[(x.length - 1) * row + i]);
+      std::copy(state.begin(), state.end(), pool.as<float>() + idx[s * d.T + t] * per);
+    }
+  return Status::Ok();
+}
+
 // The serving modes (docs/serving.md). ckpt: each sequence block by block, the state after each
 // block (or at the sequence's end) into the block's row. accept: from the accepted token's row,
 // the state after every token into that token's row.
 Status run_gdr_serving(Formulation f, const cases::Case& c, const cases::TensorMap& in,
                        cases::TensorMap& out) {
   const ops::gdr::Params d = ops::gdr::decode(c);
+  if (d.cache == ops::gdr::Cache::kTree) return run_gdr_tree(f, c, in, out);
   const std::vector<int64_t> offs = sequence_offsets(in, d.B, d.T);
   const int64_t per = d.HV * d.K * d.V;
   cases::Tensor& o = out.at("o");

@@ -164,6 +164,38 @@ Status gdr_run_accept(const Case& c, const TensorMap& in, TensorMap& out,
   return copy_output(pool, out.at("state_pool"), "state_pool");
 }
 
+// cache=tree (docs/serving.md): token t of every request in one recurrent step from its parent's
+// state, gathered from a bank [N, 1 + T, HV, K, V] (column 0 the start rows, column 1 + u token
+// u's state); each token's state scattered into row state_indices[n, t].
+Status gdr_run_tree(const Case& c, const TensorMap& in, TensorMap& out, const c10::Device& device) {
+  GdrTensors t = gdr_tensors(c, in, device);
+  at::Tensor pool = to_aten(in.at("state_pool"), device).clone();
+  const at::Tensor idx = to_aten(in.at("state_indices"), device).to(at::kLong);  // [N, T]
+  const at::Tensor parents = to_aten(in.at("parents"), device).to(at::kLong);    // [N, T]
+  const at::Tensor start = to_aten(in.at("state_slots"), device).to(at::kLong);  // [N]
+  const int64_t n = idx.size(0), tokens = idx.size(1);
+  std::vector<int64_t> bank_shape{n, 1 + tokens};
+  for (int64_t dim : pool.sizes().slice(1)) bank_shape.push_back(dim);
+  at::Tensor bank = at::zeros(bank_shape, pool.options());
+  bank.select(1, 0).copy_(pool.index_select(0, start));
+  const at::Tensor requests = at::arange(n, at::TensorOptions().dtype(at::kLong).device(device));
+  const GdrTensors all = t;
+  std::vector<at::Tensor> outputs;
+  for (int64_t i = 0; i < tokens; ++i) {
+    auto token = [&](const at::Tensor& x) { return x.narrow(1, i, 1); };
+    t.q = token(all.q), t.k = token(all.k), t.v = token(all.v), t.g = token(all.g),
+    t.beta = token(all.beta);
+    t.initial_state =
+        bank.flatten(0, 1).index_select(0, requests * (1 + tokens) + parents.select(1, i) + 1);
+    const auto r = gdr_call(t, /*decode=*/true, /*keep_state=*/true);
+    outputs.push_back(r.output);
+    bank.select(1, i + 1).copy_(r.final_state);
+    pool.index_copy_(0, idx.select(1, i), r.final_state);
+  }
+  if (Status st = copy_output(at::cat(outputs, 1), out.at("o"), "o"); !st.ok()) return st;
+  return copy_output(pool, out.at("state_pool"), "state_pool");
+}
+
 // cache=ckpt: the chunked prefill block by block (block b of every sequence as one packed call,
 // from the state its block b - 1 ended with), each block's end state scattered into its row.
 Status gdr_run_ckpt(const Case& c, const TensorMap& in, TensorMap& out, const c10::Device& device) {
@@ -215,6 +247,7 @@ Status gdr_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::De
   if (d.pooled()) return gdr_run_pooled(c, in, out, device);
   if (d.cache == ops::gdr::Cache::kCkpt) return gdr_run_ckpt(c, in, out, device);
   if (d.cache == ops::gdr::Cache::kAccept) return gdr_run_accept(c, in, out, device);
+  if (d.cache == ops::gdr::Cache::kTree) return gdr_run_tree(c, in, out, device);
   cases::Tensor* final_state = out.find("final_state");
   const auto r = gdr_call(gdr_tensors(c, in, device), d.cache == ops::gdr::Cache::kDecode,
                           final_state != nullptr);

@@ -123,7 +123,7 @@ class TorchOpBackend : public Backend {
     if (c.op() != "gdr")
       return Support::No("torch-op calls gated delta rule operators only (not '" + c.op() + "')");
     // chunked and dynamic reach the operator as prefill and decode calls (harness/call_plan.h);
-    // the convention has no state slots for pool, spec, ckpt and accept.
+    // the convention has no state slots for pool, spec, ckpt, accept and tree.
     const ops::gdr::Params p = ops::gdr::decode(c);
     if (p.pooled() || p.serving())
       return Support::No(std::string("torch-op: the calling convention has no cache mode '") +

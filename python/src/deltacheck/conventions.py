@@ -83,6 +83,9 @@ def _gdr_without_slots(what):
         if c.params["cache"] == "ckpt":
             return (f"cache=ckpt: block checkpoints into pool rows; the {what} convention "
                     "returns one final state per sequence")
+        if c.params["cache"] == "tree":
+            return (f"cache=tree: tree-shaped drafts (parents, a state row per token); the "
+                    f"{what} convention has no parent indices")
         return None
     return supports
 
@@ -170,6 +173,9 @@ def _vllm_supports(c):
     if c.params["cache"] == "ckpt":
         return ("cache=ckpt: fused_recurrent_gated_delta_rule takes no block-checkpoint "
                 "arguments (vLLM writes them from its chunked prefill)")
+    if c.params["cache"] == "tree":
+        return ("cache=tree: fused_recurrent_gated_delta_rule takes no parent indices (vLLM "
+                "verifies chains of drafts)")
     return None
 
 

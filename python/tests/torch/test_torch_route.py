@@ -44,8 +44,8 @@ def bug_shows(case_id):
 
 def slot_mode(case_id):
     """The modes that address states through pool slots (pool, spec and the serving contracts
-    ckpt and accept, docs/serving.md), which the fla convention declines."""
-    return any(f"cache={m}," in case_id for m in ("pool", "spec", "ckpt", "accept"))
+    ckpt, accept and tree, docs/serving.md), which the fla convention declines."""
+    return any(f"cache={m}," in case_id for m in ("pool", "spec", "ckpt", "accept", "tree"))
 
 
 def test_correct_kernel_passes_the_gate(tmp_path):

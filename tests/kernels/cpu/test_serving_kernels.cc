@@ -1,6 +1,7 @@
 // The CPU kernels' serving contracts (docs/serving.md) on raw buffers: block checkpoints written
 // by the chunked prefill (against the FP64 reference on each prefix), and the recurrent decode
-// resuming from the accepted token's row (against the same kernel given that row as its slot).
+// resuming from the accepted token's row (against the same kernel given that row as its slot), and
+// tree-shaped drafts (against the same kernel run along each token's root path).
 #include <gtest/gtest.h>
 
 #include <array>
@@ -123,20 +124,27 @@ TEST(BlockCheckpoints, RejectsBadTables) {
   EXPECT_TRUE(chunked_gated_delta_rule(p, {48, ok.data(), 3, pool.data(), 4}).ok());
 }
 
-TEST(AcceptedResume, StartsFromTheAcceptedRowAndWritesEveryTokensRow) {
-  const int64_t N = 4, T = 3, rows = 16;
-  const Tokens x(N * T);
-  const std::vector<float> pool0 = filled(rows * HV * KV, 7, -0.5, 0.5);
-  const std::vector<int32_t> idx{0, 5, 2, 9, 11, 4, 6, 1, 13, 15, 3, 8};
-  const std::vector<int32_t> accepted{1, 3, 2, 3};
+// The decode of N sequences of T tokens of x on a pool of `rows` rows, writing o.
+RecurrentDecodeParams pool_decode(const Tokens& x, int64_t N, int64_t T, int64_t rows,
+                                  std::vector<float>& pool, std::vector<float>& o) {
   RecurrentDecodeParams p;
   p.num_seqs = N, p.tokens_per_seq = T, p.num_heads = H, p.num_value_heads = HV, p.key_dim = K,
   p.value_dim = V;
   p.q = x.q.data(), p.k = x.k.data(), p.v = x.v.data(), p.g = x.g.data(), p.beta = x.beta.data();
   p.use_qk_l2norm = true;
   p.num_state_rows = rows;
-  std::vector<float> pool = pool0, o(N * T * HV * V, NAN);
   p.o = o.data(), p.state = pool.data();
+  return p;
+}
+
+TEST(AcceptedResume, StartsFromTheAcceptedRowAndWritesEveryTokensRow) {
+  const int64_t N = 4, T = 3, rows = 16;
+  const Tokens x(N * T);
+  const std::vector<float> pool0 = filled(rows * HV * KV, 7, -0.5, 0.5);
+  const std::vector<int32_t> idx{0, 5, 2, 9, 11, 4, 6, 1, 13, 15, 3, 8};
+  const std::vector<int32_t> accepted{1, 3, 2, 3};
+  std::vector<float> pool = pool0, o(N * T * HV * V, NAN);
+  RecurrentDecodeParams p = pool_decode(x, N, T, rows, pool, o);
   p.state_indices = idx.data(), p.num_accepted_tokens = accepted.data();
   ASSERT_TRUE(recurrent_decode(p).ok());
   // The same kernel told the accepted row as each sequence's slot, keeping every token's state.
@@ -168,6 +176,60 @@ TEST(AcceptedResume, StartsFromTheAcceptedRowAndWritesEveryTokensRow) {
     std::vector<int32_t> a = accepted;
     a[2] = bad;
     p.num_accepted_tokens = a.data();
+    EXPECT_FALSE(recurrent_decode(p).ok()) << bad;
+  }
+}
+
+TEST(TreeVerify, EachTokenIsItsRootPathRunAsAChain) {
+  const int64_t N = 2, T = 5, rows = 14;
+  const Tokens x(N * T);
+  const std::vector<float> pool0 = filled(rows * HV * KV, 8, -0.5, 0.5);
+  const std::vector<int32_t> parents{-1, 0, 0, 1, -1, -1, 0, 1, 2, 3};
+  const std::vector<int32_t> idx{3, 7, 1, 12, 5, 9, 0, 13, 4, 10}, start{11, 2};
+  std::vector<float> pool = pool0, o(N * T * HV * V, NAN);
+  RecurrentDecodeParams p = pool_decode(x, N, T, rows, pool, o);
+  p.state_indices = idx.data(), p.state_slots = start.data(), p.parents = parents.data();
+  ASSERT_TRUE(recurrent_decode(p).ok());
+  std::vector<bool> written(rows, false);
+  for (int64_t s = 0; s < N; ++s)
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<int64_t> path;  // token rows from the root down to t
+      for (int64_t u = t; u >= 0; u = parents[s * T + u]) path.insert(path.begin(), s * T + u);
+      const int64_t L = static_cast<int64_t>(path.size());
+      std::vector<float> q, k, v, g, beta;
+      for (int64_t r : path) {
+        q.insert(q.end(), x.q.begin() + r * H * K, x.q.begin() + (r + 1) * H * K);
+        k.insert(k.end(), x.k.begin() + r * H * K, x.k.begin() + (r + 1) * H * K);
+        v.insert(v.end(), x.v.begin() + r * HV * V, x.v.begin() + (r + 1) * HV * V);
+        g.insert(g.end(), x.g.begin() + r * HV, x.g.begin() + (r + 1) * HV);
+        beta.insert(beta.end(), x.beta.begin() + r * HV, x.beta.begin() + (r + 1) * HV);
+      }
+      std::vector<float> state(pool0.begin() + start[s] * HV * KV,
+                               pool0.begin() + (start[s] + 1) * HV * KV);
+      std::vector<float> o2(L * HV * V, NAN);
+      RecurrentDecodeParams r = p;
+      r.num_seqs = 1, r.tokens_per_seq = L, r.num_state_rows = 1;
+      r.q = q.data(), r.k = k.data(), r.v = v.data(), r.g = g.data(), r.beta = beta.data();
+      r.o = o2.data(), r.state = state.data();
+      r.state_indices = nullptr, r.state_slots = nullptr, r.parents = nullptr;
+      ASSERT_TRUE(recurrent_decode(r).ok());
+      for (int64_t i = 0; i < HV * V; ++i)
+        ASSERT_EQ(o[(s * T + t) * HV * V + i], o2[(L - 1) * HV * V + i]) << s << "," << t;
+      const int32_t row = idx[s * T + t];
+      written[row] = true;
+      for (int64_t i = 0; i < HV * KV; ++i)
+        ASSERT_EQ(pool[row * HV * KV + i], state[i]) << "seq " << s << " token " << t;
+    }
+  for (int64_t row = 0; row < rows; ++row) {  // the start rows and unaddressed rows stay
+    if (written[row]) continue;
+    for (int64_t i = 0; i < HV * KV; ++i)
+      ASSERT_EQ(pool[row * HV * KV + i], pool0[row * HV * KV + i]) << "row " << row;
+  }
+  // A parent at or after its child is refused.
+  for (int32_t bad : {2, 3, -2}) {
+    std::vector<int32_t> wrong = parents;
+    wrong[2] = bad;
+    p.parents = wrong.data();
     EXPECT_FALSE(recurrent_decode(p).ok()) << bad;
   }
 }

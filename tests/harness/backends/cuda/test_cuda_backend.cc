@@ -45,7 +45,7 @@ TEST(CudaBackend, IsListedOnce) {
 }
 
 // What the kernels cover, from the case alone: every gdr cache mode at K <= 128 but the serving
-// ones (ckpt, accept), boolean masks,
+// ones (ckpt, accept, tree), boolean masks,
 // segments from position_ids; everything else with a reason naming what is missing.
 TEST(CudaBackend, KernelCoverageFromTheCase) {
   for (const char* cache : {"none", "prefill", "decode", "chunked", "dynamic", "pool", "spec"}) {
@@ -58,7 +58,8 @@ TEST(CudaBackend, KernelCoverageFromTheCase) {
   }
   // The serving contracts have no CUDA kernel: unsupported, naming the mode.
   for (const char* id :
-       {"gdr(layout=single[100],cache=ckpt,calls=48)", "gdr(layout=batch[4x3],cache=accept)"}) {
+       {"gdr(layout=single[100],cache=ckpt,calls=48)", "gdr(layout=batch[4x3],cache=accept)",
+        "gdr(layout=batch[4x3],cache=tree)"}) {
     const Support s = cuda_kernels_support(Case::parse(id));
     EXPECT_FALSE(s.ok) << id;
     EXPECT_NE(s.reason.find(Case::parse(id).get("cache")), std::string::npos) << s.reason;
@@ -84,11 +85,14 @@ TEST(CudaBackend, KernelCoverageFromTheCase) {
   int covered = 0, gdr_kernel_cases = 0;
   for (const Case& c : cases::suite("gate")) {
     const Support s = cuda_kernels_support(c);
-    if (c.op() == "gdr_grad") {  // no CUDA backward yet
+    const bool serving =
+        c.op() == "gdr" &&
+        (c.get("cache") == "ckpt" || c.get("cache") == "accept" || c.get("cache") == "tree");
+    if (c.op() == "gdr_grad" || serving) {  // no CUDA backward or serving kernels yet
       EXPECT_FALSE(s.ok) << c.id();
       continue;
     }
-    if (c.op() == "gdr" && c.get("cache") != "ckpt" && c.get("cache") != "accept") {
+    if (c.op() == "gdr") {
       EXPECT_TRUE(s.ok) << c.id() << ": " << s.reason;
       ++gdr_kernel_cases;
     }

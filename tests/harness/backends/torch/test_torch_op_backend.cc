@@ -33,10 +33,10 @@ std::unique_ptr<Backend> torch_op(const std::string& library, const std::string&
   return make_backend("torch-op", o);
 }
 
-// Pool, spec and the serving cases (ckpt, accept) address states through slots, which the calling
-// convention has no argument for: torch-op reports them unsupported.
+// Pool, spec and the serving cases (ckpt, accept, tree) address states through slots, which the
+// calling convention has no argument for: torch-op reports them unsupported.
 bool has_slots(const Case& c) {
-  for (const char* m : {"pool", "spec", "ckpt", "accept"})
+  for (const char* m : {"pool", "spec", "ckpt", "accept", "tree"})
     if (c.get("cache") == m) return true;
   return false;
 }
