@@ -29,12 +29,14 @@ uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
 }
 
 // Which cases a hash covers: those calibrated first, the gdr serving contracts' cases
-// (cache=ckpt, accept), the serving scenarios (op serve) or the backward's (op gdr_grad). Each
+// (cache=ckpt, accept), the serving scenarios (op serve), the rule's backward (op gdr_grad) or the
+// layer's (op layer_grad). Each
 // later part has seeds of its own and is pinned on its own, so the others' bits stay as they were.
-enum class Part { kCalibrated, kServingModes, kScenarios, kGrad };
+enum class Part { kCalibrated, kServingModes, kScenarios, kGrad, kLayerGrad };
 Part part_of(const Case& c) {
   if (c.op() == "serve") return Part::kScenarios;
   if (c.op() == "gdr_grad") return Part::kGrad;
+  if (c.op() == "layer_grad") return Part::kLayerGrad;
   if (c.op() == "gdr" && (c.get("cache") == "ckpt" || c.get("cache") == "accept"))
     return Part::kServingModes;
   return Part::kCalibrated;
@@ -90,6 +92,12 @@ TEST_P(GeneratorBits, SmokeServingScenarioInputsAsPinned) {
 TEST_P(GeneratorBits, SmokeSuiteGradInputsAsCalibrated) {
   EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kGrad)), "9d8b7a0510a98d12");
   EXPECT_EQ(hex(suite_inputs_hash("smoke", true, Part::kGrad)), "e4e178824c130db2");
+}
+
+// The layer backward's inputs (the layer's forward inputs, a padding tail, do, dht and dconv).
+TEST_P(GeneratorBits, SmokeSuiteLayerGradInputsAsPinned) {
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kLayerGrad)), "78bcab9cc70b40aa");
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", true, Part::kLayerGrad)), "7ea715b644035d9c");
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, GeneratorBits, testing::Values(false, true),

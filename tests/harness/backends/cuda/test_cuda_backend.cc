@@ -84,7 +84,7 @@ TEST(CudaBackend, KernelCoverageFromTheCase) {
   int covered = 0, total = 0;
   for (const Case& c : cases::suite("gate")) {
     const Support s = cuda_kernels_support(c);
-    if (c.op() == "gdr_grad") {  // no CUDA backward yet
+    if (c.op() == "gdr_grad" || c.op() == "layer_grad") {  // no CUDA backward yet
       EXPECT_FALSE(s.ok) << c.id();
       continue;
     }
