@@ -470,6 +470,8 @@ Location locate_first_wrong(const CaseResult& r) {
   at.first_bad = first_bad;
   if (first_bad < 0) return at;
   for (const TensorReport& tr : r.tensors) {
+    // Outputs that belong to no sequence (summed weight gradients) have no per-sequence reports.
+    if (first_bad >= static_cast<int64_t>(tr.seqs.size())) continue;
     const SeqReport& sr = tr.seqs[first_bad];
     if (sr.ok) continue;
     at.seq = first_bad;
@@ -674,6 +676,7 @@ PreparedCase prepare_pieces(const PreparedCase& pc, const std::vector<Piece>& pi
   auto cut = [&](const Values& v) {
     Values o;
     for (const auto& [name, values] : v) {
+      if (op.major(name) == TensorMajor::kNone) continue;  // belongs to no sequence: below
       std::vector<double>& dst = o[name];
       for (const Piece& p : pieces) {
         const auto part =
@@ -687,6 +690,18 @@ PreparedCase prepare_pieces(const PreparedCase& pc, const std::vector<Piece>& pi
   };
   out.expected = cut(pc.expected);
   for (const Baseline& b : baselines_of(pc)) out.baselines.push_back({b.name, cut(b.values)});
+  // Outputs that belong to no sequence (a layer's weight gradients, sums over every sequence):
+  // the pieces' own expectation and baselines, computed on the pieces' inputs.
+  std::vector<std::string> summed;
+  for (const OutputSpec& s : out.outputs)
+    if (op.major(s.name) == TensorMajor::kNone) summed.push_back(s.name);
+  if (!summed.empty()) {
+    Values own = op.oracle(out.c, out.inputs);
+    for (const std::string& name : summed) out.expected[name] = std::move(own.at(name));
+    const std::vector<Baseline> bs = op.baselines(out.c, out.inputs, pc.precision);
+    for (size_t i = 0; i < bs.size() && i < out.baselines.size(); ++i)
+      for (const std::string& name : summed) out.baselines[i].values[name] = bs[i].values.at(name);
+  }
   out.precision = pc.precision;
   measure_baselines(out);
   return out;

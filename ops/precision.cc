@@ -39,4 +39,30 @@ std::vector<reference::Arithmetic> rule_baselines(cases::DType dtype, MatmulPrec
   return out;
 }
 
+std::vector<reference::Arithmetic> grad_baselines(cases::DType dtype, MatmulPrecision precision) {
+  using reference::Rounding;
+  const Rounding act = dtype == cases::DType::kBF16  ? Rounding::kBF16
+                       : dtype == cases::DType::kF16 ? Rounding::kF16
+                                                     : Rounding::kNone;
+  reference::Arithmetic plain;
+  plain.fp32 = true;
+  plain.output = act;
+  std::vector<reference::Arithmetic> out{plain};
+  reference::Arithmetic lowp = plain;
+  lowp.operands = act != Rounding::kNone                ? act
+                  : precision == MatmulPrecision::kTF32 ? Rounding::kTF32
+                                                        : Rounding::kNone;
+  if (lowp.operands != Rounding::kNone) out.push_back(lowp);
+  return out;
+}
+
+void round_to(std::vector<double>& v, cases::DType dtype) {
+  if (dtype == cases::DType::kF64) return;
+  cases::Tensor t("r", dtype, {1});
+  for (double& x : v) {
+    t.set(0, x);
+    x = t.get(0);
+  }
+}
+
 }  // namespace deltacheck::ops

@@ -25,4 +25,13 @@ MatmulPrecision matmul_precision_from_name(const std::string& s);  // throws std
 // declaration, the chunked form with TF32 operands.
 std::vector<reference::Arithmetic> rule_baselines(cases::DType dtype, MatmulPrecision precision);
 
+// The backward formulations in real use in the precision of a case whose activations are `dtype`
+// (gdr_grad, layer_grad): the fp32 token recurrence (activation gradients stored in the
+// activation dtype), and for bf16 / fp16 activations (or a TF32 declaration) the same with matmul
+// operands in that format.
+std::vector<reference::Arithmetic> grad_baselines(cases::DType dtype, MatmulPrecision precision);
+
+// Rounds values to what a tensor of `dtype` holds (FP64: unchanged).
+void round_to(std::vector<double>& v, cases::DType dtype);
+
 }  // namespace deltacheck::ops

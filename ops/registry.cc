@@ -6,6 +6,7 @@
 #include "ops/gdr/params.h"
 #include "ops/gdr_grad/params.h"
 #include "ops/layer/params.h"
+#include "ops/layer_grad/params.h"
 #include "ops/mask/params.h"
 #include "ops/serve/params.h"
 
@@ -16,6 +17,7 @@ const std::vector<RegisteredOp>& registry() {
       {gdr::definition(), &gdr::operation()},
       {gdr_grad::definition(), &gdr_grad::operation()},
       {layer::definition(), &layer::operation()},
+      {layer_grad::definition(), &layer_grad::operation()},
       {mask::mask_definition(), &mask::operation()},
       {mask::layers_definition(), &mask::operation()},
       {mask::segments_definition(), &mask::operation()},

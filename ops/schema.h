@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +51,27 @@ inline Stream sequence_stream(uint64_t seed, const GenOptions& o, const std::str
   auto it = o.sequence_salt.find(s);
   const uint64_t salt = it == o.sequence_salt.end() ? 0 : it->second * 0x9E3779B97F4A7C15ull;
   return Stream(seed ^ salt, tensor + "/" + std::to_string(s));
+}
+
+// Padding tails of the gradient operations (gdr_grad, layer_grad). Fills rows [first, first +
+// count) of token-major tensor t (`per` elements a token) with `value(stream, i)`; the tail belongs
+// to no sequence, so its streams take no sequence salt.
+template <typename Fn>
+void fill_rows(Tensor& t, uint64_t seed, int64_t first, int64_t count, int64_t per, Fn value) {
+  const Stream st(seed, "tail/" + t.name());
+  for (int64_t i = 0; i < count * per; ++i) t.set(first * per + i, value(st, i));
+}
+
+// `t` with `tail` more token rows ([1, T + tail, ...]), filled by `value`.
+template <typename Fn>
+Tensor with_tail(const Tensor& t, int64_t tail, uint64_t seed, Fn value) {
+  std::vector<int64_t> shape = t.shape();
+  const int64_t rows = shape[1], per = t.numel() / (shape[0] * shape[1]);
+  shape[1] += tail;
+  Tensor out(t.name(), t.dtype(), shape);
+  std::memcpy(out.data(), t.data(), t.nbytes());
+  fill_rows(out, seed, rows, tail, per, value);
+  return out;
 }
 
 }  // namespace deltacheck::ops

@@ -14,7 +14,8 @@ class CpuBackend : public Backend {
     return "chunked CPU kernels (fp32 accumulation, chunk 64, threaded over sequence x head)";
   }
   Support supports(const cases::Case& c) const override {
-    if (c.op() == "gdr" || c.op() == "gdr_grad" || c.op() == "layer") return Support::Yes();
+    if (c.op() == "gdr" || c.op() == "gdr_grad" || c.op() == "layer" || c.op() == "layer_grad")
+      return Support::Yes();
     if (is_mask_case(c)) return Support::Yes();  // kernels/cpu/mask_builder
     return Support::No("cpu backend has no kernel for op '" + c.op() + "'");
   }
@@ -22,6 +23,7 @@ class CpuBackend : public Backend {
     if (is_mask_case(c)) return run_cpu_mask_case(c, in, out);
     if (c.op() == "layer") return run_cpu_layer_case(c, in, out);
     if (c.op() == "gdr_grad") return run_cpu_gdr_grad_case(c, in, out);
+    if (c.op() == "layer_grad") return run_cpu_layer_grad_case(c, in, out);
     return run_cpu_gdr_case(c, in, out);
   }
 };

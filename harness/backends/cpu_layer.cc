@@ -8,12 +8,9 @@
 #include "ops/layer/params.h"
 
 namespace deltacheck::harness {
-namespace {
 
-kernels::cpu::LinearAttentionLayerParams layer_params(const cases::Case& c,
-                                                      const cases::TensorMap& in,
-                                                      cases::TensorMap& out) {
-  const ops::layer::Params d = ops::layer::decode(c);
+kernels::cpu::LinearAttentionLayerParams layer_inputs(const ops::layer::Params& d,
+                                                      const cases::TensorMap& in) {
   kernels::cpu::LinearAttentionLayerParams p;
   const cases::Tensor& qkv = in.at("qkv");
   p.seq_len = qkv.shape()[1];
@@ -32,13 +29,23 @@ kernels::cpu::LinearAttentionLayerParams layer_params(const cases::Case& c,
   p.A_log = in.at("A_log").as<float>();
   p.dt_bias = in.at("dt_bias").as<float>();
   p.norm_weight = in.at("norm_weight").as<float>();
-  p.out = out.at("o").data();
   if (const cases::Tensor* cu = in.find("cu_seqlens")) {
     p.cu_seqlens = cu->as<int64_t>();
     p.num_seqs = cu->numel() - 1;
   }
   if (const cases::Tensor* s = in.find("initial_state")) p.initial_state = s->as<float>();
   if (const cases::Tensor* s = in.find("initial_conv_state")) p.initial_conv_state = s->as<float>();
+  return p;
+}
+
+namespace {
+
+kernels::cpu::LinearAttentionLayerParams layer_params(const cases::Case& c,
+                                                      const cases::TensorMap& in,
+                                                      cases::TensorMap& out) {
+  const ops::layer::Params d = ops::layer::decode(c);
+  kernels::cpu::LinearAttentionLayerParams p = layer_inputs(d, in);
+  p.out = out.at("o").data();
   if (cases::Tensor* s = out.find("final_state")) p.final_state = s->as<float>();
   if (cases::Tensor* s = out.find("final_conv_state")) p.final_conv_state = s->as<float>();
   // One-token decode calls (cache=decode, and the decode steps the harness drives for dynamic)

@@ -1,6 +1,5 @@
 // The gdr_grad operation: schema (gdr's forward parameters, less the cache modes, plus dht and
 // tail), inputs (the gdr generator's, a padding tail, do and dht) and suite entries.
-#include <cstring>
 #include <string>
 
 #include "cases/det_math.h"
@@ -36,26 +35,6 @@ OpSchema grad_schema() {
                   "gated delta rule backward: dq, dk, dv, dg, dbeta, dh0 (with an initial state) "
                   "from do and dht; forward inputs as the gdr prefill case's",
                   std::move(params), check_grad};
-}
-
-// Fills rows [first, first + count) of token-major tensor t (`per` elements a token) with
-// `value(stream, i)`; the tail belongs to no sequence, so its streams take no sequence salt.
-template <typename Fn>
-void fill_rows(Tensor& t, uint64_t seed, int64_t first, int64_t count, int64_t per, Fn value) {
-  const Stream st(seed, "tail/" + t.name());
-  for (int64_t i = 0; i < count * per; ++i) t.set(first * per + i, value(st, i));
-}
-
-// `t` with `tail` more token rows ([1, T + tail, ...]), filled by `value`.
-template <typename Fn>
-Tensor with_tail(const Tensor& t, int64_t tail, uint64_t seed, Fn value) {
-  std::vector<int64_t> shape = t.shape();
-  const int64_t rows = shape[1], per = t.numel() / (shape[0] * shape[1]);
-  shape[1] += tail;
-  Tensor out(t.name(), t.dtype(), shape);
-  std::memcpy(out.data(), t.data(), t.nbytes());
-  fill_rows(out, seed, rows, tail, per, value);
-  return out;
 }
 
 TensorMap generate_grad(const Case& c, const GenOptions& o) {

@@ -19,26 +19,6 @@ using cases::DType;
 using cases::Tensor;
 using cases::TensorMap;
 
-// The backward formulations in real use in the case's precision: the fp32 token recurrence
-// (activation gradients stored in the activation dtype), and for bf16 / fp16 activations (or a
-// TF32 declaration) the same with matmul operands in that format.
-std::vector<reference::Arithmetic> grad_baselines(DType dtype, MatmulPrecision precision) {
-  using reference::Rounding;
-  const Rounding act = dtype == DType::kBF16  ? Rounding::kBF16
-                       : dtype == DType::kF16 ? Rounding::kF16
-                                              : Rounding::kNone;
-  reference::Arithmetic plain;
-  plain.fp32 = true;
-  plain.output = act;
-  std::vector<reference::Arithmetic> out{plain};
-  reference::Arithmetic lowp = plain;
-  lowp.operands = act != Rounding::kNone                ? act
-                  : precision == MatmulPrecision::kTF32 ? Rounding::kTF32
-                                                        : Rounding::kNone;
-  if (lowp.operands != Rounding::kNone) out.push_back(lowp);
-  return out;
-}
-
 // The backward of the case's inputs, FP64 (`how` empty) or in a baseline's arithmetic.
 Values backward(const cases::Case& c, const TensorMap& in, const reference::Arithmetic* how) {
   const Params p = decode(c);

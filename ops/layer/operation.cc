@@ -29,16 +29,6 @@ std::vector<double> values(const TensorMap& in, const std::string& name) {
 
 const double* ptr(const std::vector<double>& v) { return v.empty() ? nullptr : v.data(); }
 
-// Rounds values to what a tensor of `dtype` holds.
-void round_to(std::vector<double>& v, DType dtype) {
-  if (dtype == DType::kF64) return;
-  Tensor t("r", dtype, {1});
-  for (double& x : v) {
-    t.set(0, x);
-    x = t.get(0);
-  }
-}
-
 std::vector<int64_t> cu_of(const TensorMap& in, const Params& d) {
   if (const Tensor* cu = in.find("cu_seqlens"))
     return std::vector<int64_t>(cu->as<int64_t>(), cu->as<int64_t>() + cu->numel());
@@ -61,25 +51,8 @@ class LayerOperation : public Operation {
 
   Values oracle(const cases::Case& c, const TensorMap& in) const override {
     const Params d = decode(c);
-    const auto qkv = values(in, "qkv"), z = values(in, "z"), a = values(in, "a"),
-               b = values(in, "b"), cw = values(in, "conv_weight"), cb = values(in, "conv_bias"),
-               alog = values(in, "A_log"), dtb = values(in, "dt_bias"),
-               nw = values(in, "norm_weight"), s0 = values(in, "initial_state"),
-               c0 = values(in, "initial_conv_state");
-    reference::LinearAttentionLayerArgs r;
-    r.seq_len = d.T;
-    r.num_heads = d.H;
-    r.num_value_heads = d.HV;
-    r.key_dim = d.K;
-    r.value_dim = d.V;
-    r.conv_width = d.W;
-    r.qkv = qkv.data(), r.z = z.data(), r.a = a.data(), r.b = b.data();
-    r.conv_weight = cw.data(), r.conv_bias = ptr(cb), r.A_log = alog.data();
-    r.dt_bias = dtb.data(), r.norm_weight = nw.data();
-    r.cu_seqlens = cu_of(in, d);
-    r.initial_state = ptr(s0);
-    r.initial_conv_state = ptr(c0);
-    auto res = reference::linear_attention_layer(r);
+    std::vector<std::vector<double>> buffers;
+    auto res = reference::linear_attention_layer(reference_args(d, in, buffers));
     Values out{{"o", std::move(res.output)}};
     if (d.states()) {
       out["final_state"] = std::move(res.final_state);
@@ -208,6 +181,34 @@ class LayerOperation : public Operation {
 };
 
 }  // namespace
+
+reference::LinearAttentionLayerArgs reference_args(const Params& d, const TensorMap& in,
+                                                   std::vector<std::vector<double>>& buffers) {
+  auto get = [&](const char* name) -> const double* {
+    const Tensor* t = in.find(name);
+    if (!t) return nullptr;
+    buffers.push_back(t->to_double());
+    if (buffers.back().empty()) buffers.back().push_back(0.0);  // no tokens: read nowhere
+    return buffers.back().data();
+  };
+  reference::LinearAttentionLayerArgs r;
+  r.seq_len = in.at("qkv").shape()[1];
+  r.num_heads = d.H;
+  r.num_value_heads = d.HV;
+  r.key_dim = d.K;
+  r.value_dim = d.V;
+  r.conv_width = d.W;
+  r.qkv = get("qkv"), r.z = get("z"), r.a = get("a"), r.b = get("b");
+  r.conv_weight = get("conv_weight"), r.conv_bias = get("conv_bias"), r.A_log = get("A_log");
+  r.dt_bias = get("dt_bias"), r.norm_weight = get("norm_weight");
+  if (const Tensor* cu = in.find("cu_seqlens"))
+    r.cu_seqlens.assign(cu->as<int64_t>(), cu->as<int64_t>() + cu->numel());
+  else
+    r.cu_seqlens = {0, r.seq_len};
+  r.initial_state = get("initial_state");
+  r.initial_conv_state = get("initial_conv_state");
+  return r;
+}
 
 const Operation& operation() {
   static const LayerOperation op;

@@ -4,11 +4,13 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "cases/case.h"
 #include "cases/op.h"
 #include "cases/tensor.h"
 #include "ops/operation.h"
+#include "reference/linear_attention_layer.h"
 
 namespace deltacheck::ops::layer {
 
@@ -36,6 +38,12 @@ struct Params {
 
 // The parameters of a layer case; throws std::invalid_argument for a case of another op.
 Params decode(const cases::Case& c);
+
+// The FP64 reference's arguments for a layer case's tensors (T from qkv's rows, so a gradient
+// case's padding tail counts; cu_seqlens from its tensor, else one sequence); `buffers` holds the
+// values they point into. operation.cc.
+reference::LinearAttentionLayerArgs reference_args(const Params& d, const cases::TensorMap& in,
+                                                   std::vector<std::vector<double>>& buffers);
 
 cases::OpDefinition definition();  // case.cc
 const Operation& operation();      // operation.cc

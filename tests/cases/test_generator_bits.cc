@@ -29,13 +29,14 @@ uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
 }
 
 // Which cases a hash covers: those calibrated first, the gdr serving contracts' cases
-// (cache=ckpt, accept), the serving scenarios (op serve), the backward's (op gdr_grad) or the
-// tree-shaped drafts' (cache=tree). Each later part has seeds of its own and is pinned on its own,
-// so the others' bits stay as they were.
-enum class Part { kCalibrated, kServingModes, kScenarios, kGrad, kTree };
+// (cache=ckpt, accept), the serving scenarios (op serve), the rule's backward (op gdr_grad), the
+// layer's (op layer_grad) or the tree-shaped drafts' (cache=tree). Each later part has seeds of its
+// own and is pinned on its own, so the others' bits stay as they were.
+enum class Part { kCalibrated, kServingModes, kScenarios, kGrad, kTree, kLayerGrad };
 Part part_of(const Case& c) {
   if (c.op() == "serve") return Part::kScenarios;
   if (c.op() == "gdr_grad") return Part::kGrad;
+  if (c.op() == "layer_grad") return Part::kLayerGrad;
   if (c.op() == "gdr" && c.get("cache") == "tree") return Part::kTree;
   if (c.op() == "gdr" && (c.get("cache") == "ckpt" || c.get("cache") == "accept"))
     return Part::kServingModes;
@@ -100,6 +101,12 @@ TEST_P(GeneratorBits, SmokeSuiteGradInputsAsCalibrated) {
 TEST_P(GeneratorBits, SmokeSuiteTreeInputsAsPinned) {
   EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kTree)), "a61fc1be37b30425");
   EXPECT_EQ(hex(suite_inputs_hash("smoke", true, Part::kTree)), "cc4afbb501715738");
+}
+
+// The layer backward's inputs (the layer's forward inputs, a padding tail, do, dht and dconv).
+TEST_P(GeneratorBits, SmokeSuiteLayerGradInputsAsPinned) {
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kLayerGrad)), "78bcab9cc70b40aa");
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", true, Part::kLayerGrad)), "7ea715b644035d9c");
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, GeneratorBits, testing::Values(false, true),

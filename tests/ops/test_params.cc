@@ -141,8 +141,8 @@ TEST(OpsRegistry, EachOperationOnce) {
     EXPECT_NE(r.definition.generate, nullptr);
     EXPECT_EQ(&find(r.definition.schema.op), &r);
   }
-  EXPECT_EQ(names, (std::set<std::string>{"gdr", "gdr_grad", "layer", "mask", "layers", "segments",
-                                          "serve"}));
+  EXPECT_EQ(names, (std::set<std::string>{"gdr", "gdr_grad", "layer", "layer_grad", "mask",
+                                          "layers", "segments", "serve"}));
   for (const Case& c : cases::suite("smoke"))
     EXPECT_EQ(&operation_for(c), find(c.op()).operation) << c.id();
   EXPECT_THROW(find("nope"), cases::CaseIdError);

@@ -1,0 +1,153 @@
+// The layer_grad operation: schema (layer's forward parameters, less the cache modes, plus dht,
+// dconv and tail), inputs (the layer generator's, a padding tail, do, dht and dconv) and suite
+// entries.
+#include <string>
+
+#include "ops/decode.h"
+#include "ops/layer_grad/params.h"
+#include "ops/repack.h"
+#include "ops/schema.h"
+
+namespace deltacheck::ops::layer_grad {
+namespace {
+
+// The layer parameters that are not the forward problem's: the backward is of one prefill call.
+bool forward_only(const std::string& key) { return key == "cache" || key == "calls"; }
+
+void check_grad(const Case& c) {
+  const Case f = forward_case(c);  // the forward problem's own checks (HV % H, layouts, ...)
+  if (c.get_int("tail") > 0 && !f.layout().has_cu_seqlens())
+    throw CaseIdError("tail=" + c.get("tail") +
+                      " needs a packed layout (tokens past cu_seqlens[-1]); got " +
+                      c.get("layout"));
+}
+
+OpSchema grad_schema() {
+  std::vector<ParamSpec> params;
+  for (const ParamSpec& p : layer::definition().schema.params)
+    if (!forward_only(p.key) && p.key != "seed") params.push_back(p);
+  params.push_back(
+      choice("dht", "none", {"none", "rand"},
+             "gradient of the final recurrent state: none (zero) | rand (0.5 N(0,1))"));
+  params.push_back(choice("dconv", "none", {"none", "rand"},
+                          "gradient of the final conv state: none (zero) | rand (0.5 N(0,1))"));
+  params.push_back(integer("tail", "0", 0, 4096,
+                           "padding tokens after cu_seqlens[-1] (packed layouts): gradients 0"));
+  params.push_back(seed_param());
+  return OpSchema{"layer_grad",
+                  "linear-attention layer backward: dqkv, dz, da, db, conv weight/bias, A_log, "
+                  "dt_bias, norm weight, initial states from do, dht and dconv; forward inputs as "
+                  "the layer prefill case's",
+                  std::move(params), check_grad};
+}
+
+// Per-sequence rows of a sequence-major [N, per] fp32 upstream gradient: 0.5 N(0,1).
+void fill_upstream(Tensor& t, const layer::Params& d, const GenOptions& o, int64_t per) {
+  for (int64_t s = 0; s < d.N; ++s) {
+    const Stream st = sequence_stream(d.seed, o, t.name(), s);
+    for (int64_t i = 0; i < per; ++i) t.set(s * per + i, 0.5 * st.normal(i));
+  }
+}
+
+TensorMap generate_grad(const Case& c, const GenOptions& o) {
+  const Params p = decode(c);
+  const layer::Params& d = p.layer;
+  TensorMap f = layer::definition().generate(forward_case(c), o);
+  TensorMap m;
+  const auto normal = [](const Stream& st, int64_t i) { return st.normal(i); };
+  for (const Tensor& t : f.all()) {
+    const bool token_major =
+        t.name() == "qkv" || t.name() == "z" || t.name() == "a" || t.name() == "b";
+    m.add(token_major && p.tail > 0 ? with_tail(t, p.tail, d.seed, normal) : t);
+  }
+  // do: N(0,1) per sequence with the sequence's salt, like qkv; the tail's unsalted.
+  Tensor& dout = m.add(Tensor("do", d.dtype, {1, d.T, d.HV, d.V}));
+  const int64_t row = d.HV * d.V;
+  for (int64_t s = 0; s < d.N; ++s) {
+    const Stream st = sequence_stream(d.seed, o, "do", s);
+    const int64_t base = token_row(d.layout, s, 0);
+    for (int64_t i = 0; i < d.layout.lengths[s] * row; ++i)
+      dout.set(base * row + i, st.normal(static_cast<uint64_t>(i)));
+  }
+  if (p.tail > 0) fill_rows(dout, d.seed, p.tokens(), p.tail, row, normal);
+  if (p.dht)
+    fill_upstream(m.add(Tensor("dht", DType::kF32, {d.N, d.HV, d.K, d.V})), d, o, d.HV * d.K * d.V);
+  if (p.dconv)
+    fill_upstream(m.add(Tensor("dconv", DType::kF32, {d.N, d.D, d.W - 1})), d, o, d.D * (d.W - 1));
+  return m;
+}
+
+int64_t grad_input_bytes(const Case& c) {
+  const Params p = decode(c);
+  const layer::Params& d = p.layer;
+  const int64_t es = cases::dtype_size(d.dtype);
+  return layer::definition().input_bytes(forward_case(c)) +
+         p.tail * (d.D + d.HV * d.V + 2 * d.HV) * es + d.T * d.HV * d.V * es +
+         (p.dht ? d.N * d.HV * d.K * d.V * 4 : 0) + (p.dconv ? d.N * d.D * (d.W - 1) * 4 : 0);
+}
+
+// K = V = 32 throughout (at K = V = 16 the bf16 layer is ill-conditioned: docs/gradients.md).
+void grad_suite(SuiteBuilder& b, Tier t) {
+  const int tier = static_cast<int>(t);
+  const SuiteParams base{{"state", "rand"}, {"dht", "rand"}, {"dconv", "rand"}};
+  int seed = 700;
+  auto add = [&](const SuiteParams& over) {
+    b.add("layer_grad", merge(merge(base, {{"seed", std::to_string(seed++)}}), over));
+  };
+  add({{"layout", "packed[63,0,65]"}});
+  if (tier < 1) return;
+  // The chunk-edge pack in every dtype; one sequence (where summed gradients have one term).
+  for (const char* dt : {"bf16", "fp16"}) add({{"layout", "packed[63,0,65]"}, {"dtype", dt}});
+  add({{"layout", "single[64]"}});
+  // Sequences shorter than the conv's context, zero-length ones first and last, many tiny ones.
+  add({{"layout", "packed[1,2,3,40]"}});
+  add({{"layout", "packed[1,2,3,40]"}, {"dtype", "bf16"}});
+  add({{"layout", "packed[0,1,2,15,16,0]"}});
+  add({{"layout", "packed[1*12]"}, {"dtype", "fp16"}});
+  // Padding tails, with and without states and upstream state gradients.
+  add({{"layout", "packed[5,64,3]"}, {"tail", "70"}});
+  add({{"layout", "packed[16,0]"}, {"tail", "1"}, {"state", "none"}, {"dht", "none"}});
+  // Mixed states without a conv bias and a narrower conv; GVA 4; W = 2 without states.
+  add({{"layout", "packed[63,0,65]"}, {"state", "mixed"}, {"bias", "0"}, {"W", "3"}});
+  add({{"layout", "packed[15,64,65]"}, {"H", "1"}, {"HV", "4"}, {"dtype", "bf16"}});
+  add({{"layout", "packed[127,129]"}, {"W", "2"}, {"state", "none"}, {"dconv", "none"}});
+  if (tier < 2) return;
+  add({{"layout", "packed[1*30,64,127,129,0,257]"}});
+  add({{"layout", "packed[1*30,64,127,129,0,257]"}, {"dtype", "bf16"}});
+  add({{"layout", "packed[700,2]"}, {"dtype", "fp16"}, {"tail", "17"}});
+  add({{"layout", "single[129]"}, {"HV", "8"}, {"K", "64"}, {"V", "64"}});
+  add({{"layout", "packed[300,0,200]"},
+       {"H", "4"},
+       {"HV", "8"},
+       {"K", "64"},
+       {"V", "64"},
+       {"dtype", "bf16"}});
+  add({{"layout", "packed[0,0,5,0]"}, {"state", "mixed"}});
+  add({{"layout", "packed[3*5,100,0]"}, {"W", "2"}, {"dtype", "fp16"}});
+}
+
+}  // namespace
+
+Case forward_case(const Case& c) {
+  expect_op(c, "layer_grad");
+  std::vector<std::pair<std::string, std::string>> params;
+  for (const auto& [k, v] : c.params())
+    if (k != "dht" && k != "dconv" && k != "tail") params.emplace_back(k, v);
+  return Case("layer", params);
+}
+
+Params decode(const Case& c) {
+  Params p;
+  p.layer = layer::decode(forward_case(c));
+  p.dht = c.get("dht") == "rand";
+  p.dconv = c.get("dconv") == "rand";
+  p.tail = c.get_int("tail");
+  p.layer.T += p.tail;
+  return p;
+}
+
+cases::OpDefinition definition() {
+  return {grad_schema(), generate_grad, grad_input_bytes, grad_suite};
+}
+
+}  // namespace deltacheck::ops::layer_grad
