@@ -111,6 +111,9 @@ class GdrGradOperation : public Operation {
   // the probes (its tail is checked bit for bit instead). No split probe: splitting the backward
   // needs the state gradient passed back from the second call to the first.
   bool repackable(const cases::Case& c) const override { return decode(c).tail == 0; }
+  // A wrong later sequence of a tail case cannot be run alone to confirm a leak: fail, not an
+  // unconfirmed leak.
+  bool presume_leaks(const cases::Case& c) const override { return decode(c).tail == 0; }
 };
 
 }  // namespace

@@ -61,6 +61,13 @@ TEST(GradCases, Dh0OfSequenceZeroForAllIsALeak) {
           "wrong:grad-dh0-seq0");
   EXPECT_EQ(r.verdict, Verdict::kLeak) << r.message;
   EXPECT_EQ(r.leak_seq, 1);
+  // With a padding tail the case is not repacked, so the leak cannot be confirmed alone: it reads
+  // fail (docs/gradients.md), naming the first wrong sequence, never an unconfirmed leak.
+  const CaseResult tail =
+      run(cases::Case::parse("gdr_grad(layout=packed[63,0,65],K=16,V=16,dht=rand,tail=7,seed=4)"),
+          "wrong:grad-dh0-seq0");
+  EXPECT_EQ(tail.verdict, Verdict::kFail) << tail.message;
+  EXPECT_NE(tail.message.find("(seq 1 dh0)"), std::string::npos) << tail.message;
   // Without an initial state there is no dh0 to get wrong.
   EXPECT_EQ(run(cases::Case::parse("gdr_grad(layout=packed[63,0,65],K=16,V=16,state=none)"),
                 "wrong:grad-dh0-seq0")
