@@ -113,31 +113,11 @@ Status recurrent_decode(const RecurrentDecodeParams& p) {
     return Status::InvalidArgument("q, k, v, g, beta, o and state are required");
   const int64_t rows = p.num_state_rows > 0 ? p.num_state_rows : p.num_seqs;
   if (p.state_indices) {
-    if (Status st = check_state_slots(p.state_indices, p.num_seqs * p.tokens_per_seq, rows, true);
+    if (Status st =
+            check_serving_rows(p.state_indices, p.parents ? nullptr : p.num_accepted_tokens,
+                               p.parents, p.state_slots, p.num_seqs, p.tokens_per_seq, rows);
         !st.ok())
       return st;
-    if (p.parents) {
-      if (Status st = check_state_slots(p.state_slots, p.num_seqs, rows, false); !st.ok())
-        return st;
-      if (!p.state_slots) return Status::InvalidArgument("parents need state_slots (start rows)");
-      for (int64_t i = 0; i < p.num_seqs * p.tokens_per_seq; ++i) {
-        const int64_t t = i % p.tokens_per_seq;
-        if (p.parents[i] < -1 || p.parents[i] >= t)
-          return Status::InvalidArgument("parents[" + std::to_string(i / p.tokens_per_seq) + ", " +
-                                         std::to_string(t) + "] = " + std::to_string(p.parents[i]) +
-                                         " outside -1.." + std::to_string(t - 1) +
-                                         " (parents come before their children)");
-        if (p.state_indices[i] < 0 && p.state_slots[i / p.tokens_per_seq] >= 0)
-          return Status::InvalidArgument("state_indices[" + std::to_string(i / p.tokens_per_seq) +
-                                         ", " + std::to_string(t) +
-                                         "] < 0: a tree token needs its row");
-      }
-    }
-    for (int64_t i = 0; !p.parents && p.num_accepted_tokens && i < p.num_seqs; ++i)
-      if (p.num_accepted_tokens[i] < 1 || p.num_accepted_tokens[i] > p.tokens_per_seq)
-        return Status::InvalidArgument("num_accepted_tokens[" + std::to_string(i) +
-                                       "] = " + std::to_string(p.num_accepted_tokens[i]) +
-                                       " outside 1.." + std::to_string(p.tokens_per_seq));
   } else if (Status st = check_state_slots(p.state_slots, p.num_seqs, rows, true); !st.ok()) {
     return st;
   }

@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/common/serving_rows.h"
 
 namespace deltacheck::kernels::cpu {
 
@@ -31,30 +32,7 @@ inline Status check_cu_seqlens(const int64_t* cu_seqlens, int64_t num_seqs, int6
   return Status::Ok();
 }
 
-// Rejects slots at or past num_rows (or, without slots, more sequences than rows) and, where
-// states are written, two sequences sharing a slot: they would race on it.
-inline Status check_state_slots(const int32_t* slots, int64_t num_seqs, int64_t num_rows,
-                                bool writes) {
-  if (!slots) {
-    if (num_seqs > num_rows)
-      return Status::InvalidArgument(std::to_string(num_seqs) + " sequences but only " +
-                                     std::to_string(num_rows) + " state rows");
-    return Status::Ok();
-  }
-  std::vector<int32_t> used;
-  for (int64_t i = 0; i < num_seqs; ++i) {
-    if (slots[i] >= num_rows)
-      return Status::InvalidArgument("state slot " + std::to_string(slots[i]) + " of sequence " +
-                                     std::to_string(i) + " >= rows " + std::to_string(num_rows));
-    if (slots[i] >= 0) used.push_back(slots[i]);
-  }
-  if (!writes) return Status::Ok();
-  std::sort(used.begin(), used.end());
-  const auto dup = std::adjacent_find(used.begin(), used.end());
-  if (dup != used.end())
-    return Status::InvalidArgument("state slot " + std::to_string(*dup) +
-                                   " is used by two sequences");
-  return Status::Ok();
-}
+// Pool slots of a call (kernels/common/serving_rows.h): rows in range, no two writers of a row.
+using kernels::check_state_slots;
 
 }  // namespace deltacheck::kernels::cpu

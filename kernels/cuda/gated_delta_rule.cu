@@ -9,6 +9,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "kernels/common/serving_rows.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gated_delta_rule.h"
 #include "kernels/cuda/gated_delta_rule_kernels.cuh"
@@ -20,7 +21,15 @@ int64_t sequence_count(const GatedDeltaRuleParams& p) {
   return p.cu_seqlens ? p.num_seqs : p.batch;
 }
 
-gdr::KernelArgs make_args(const GatedDeltaRuleParams& p, float* token_states) {
+// The serving decode tables of recurrent_decode (device pointers), none for the other entries.
+struct DecodeTables {
+  const int32_t* state_indices = nullptr;
+  const int32_t* num_accepted_tokens = nullptr;
+  const int32_t* parents = nullptr;
+};
+
+gdr::KernelArgs make_args(const GatedDeltaRuleParams& p, float* token_states,
+                          const DecodeTables& tables) {
   gdr::KernelArgs a{};
   a.seq_len = p.seq_len;
   a.num_heads = p.num_heads;
@@ -40,6 +49,9 @@ gdr::KernelArgs make_args(const GatedDeltaRuleParams& p, float* token_states) {
   a.state_slots = p.state_slots;
   a.num_state_rows = p.num_state_rows > 0 ? p.num_state_rows : a.num_seqs;
   a.token_states = token_states;
+  a.token_rows = tables.state_indices;
+  a.num_accepted = tables.num_accepted_tokens;
+  a.parents = tables.parents;
   a.scale = p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.key_dim));
   a.use_qk_l2norm = p.use_qk_l2norm;
   a.chunk_size = static_cast<int>(p.chunk_size);
@@ -85,12 +97,12 @@ Status launch(Algorithm algo, const gdr::KernelArgs& a, cudaStream_t stream) {
 
 Status check_common(const GatedDeltaRuleParams& p);
 
-Status run(Algorithm algo, const GatedDeltaRuleParams& p, float* token_states,
-           cudaStream_t stream) {
+Status run(Algorithm algo, const GatedDeltaRuleParams& p, float* token_states, cudaStream_t stream,
+           const DecodeTables& tables = {}) {
   const Status st =
       algo == Algorithm::kChunked ? gated_delta_rule_can_implement(p) : check_common(p);
   if (!st.ok()) return st;
-  const gdr::KernelArgs a = make_args(p, token_states);
+  const gdr::KernelArgs a = make_args(p, token_states, tables);
   if (a.num_items == 0) return Status::Ok();
   switch (p.dtype) {
     case DType::kF32:
@@ -231,7 +243,47 @@ Status recurrent_decode(const RecurrentDecodeParams& p, cudaStream_t stream) {
   r.num_state_rows = p.num_state_rows;
   r.scale = p.scale;
   r.use_qk_l2norm = p.use_qk_l2norm;
-  return run(Algorithm::kRecurrent, r, p.token_states, stream);
+  if (!p.state_indices) return run(Algorithm::kRecurrent, r, p.token_states, stream);
+  // The serving contracts: their tables checked on the host, as the CPU kernel checks them.
+  if (p.token_states)
+    return Status::InvalidArgument("recurrent_decode: token_states with state_indices");
+  const int64_t n = p.num_seqs, T = p.tokens_per_seq;
+  std::vector<int32_t> indices(static_cast<size_t>(n * T)), accepted, parents, slots;
+  auto fetch = [&](std::vector<int32_t>& host, const int32_t* device, size_t count,
+                   const char* what) {
+    host.resize(count);
+    return cuda_status(cudaMemcpyAsync(host.data(), device, count * sizeof(int32_t),
+                                       cudaMemcpyDeviceToHost, stream),
+                       what);
+  };
+  if (Status st = fetch(indices, p.state_indices, indices.size(), "copy of state_indices");
+      !st.ok())
+    return st;
+  if (p.parents) {
+    if (!p.state_slots) return Status::InvalidArgument("parents need state_slots (start rows)");
+    if (Status st = fetch(parents, p.parents, indices.size(), "copy of parents"); !st.ok())
+      return st;
+    if (Status st = fetch(slots, p.state_slots, static_cast<size_t>(n), "copy of state_slots");
+        !st.ok())
+      return st;
+  } else if (p.num_accepted_tokens) {
+    if (Status st = fetch(accepted, p.num_accepted_tokens, static_cast<size_t>(n),
+                          "copy of num_accepted_tokens");
+        !st.ok())
+      return st;
+  }
+  if (Status st = cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize"); !st.ok())
+    return st;
+  const int64_t rows = p.num_state_rows > 0 ? p.num_state_rows : n;
+  if (Status st = check_serving_rows(indices.data(), accepted.empty() ? nullptr : accepted.data(),
+                                     parents.empty() ? nullptr : parents.data(),
+                                     slots.empty() ? nullptr : slots.data(), n, T, rows);
+      !st.ok())
+    return st;
+  r.state_slots = p.parents ? p.state_slots : nullptr;
+  r.num_state_rows = rows;
+  return run(Algorithm::kRecurrent, r, nullptr, stream,
+             {p.state_indices, p.parents ? nullptr : p.num_accepted_tokens, p.parents});
 }
 
 }  // namespace deltacheck::kernels::cuda

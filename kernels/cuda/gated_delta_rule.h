@@ -63,6 +63,17 @@ struct RecurrentDecodeParams {
   // Optional fp32 [N, tokens, HV, K, V]: the state after each token, so a caller that accepts
   // only the first m draft tokens can resume from token_states[i, m - 1].
   float* token_states = nullptr;
+  // The serving decode contracts, as kernels/cpu/recurrent_decode.h takes them (docs/serving.md;
+  // the tables are checked on the host by kernels/common/serving_rows.h, which synchronizes
+  // `stream`). Speculative verify with partial acceptance: with state_indices [N, tokens] (device;
+  // state_slots unused) sequence i starts from row state_indices[i, num_accepted_tokens[i] - 1]
+  // and writes the state after token t into row state_indices[i, t] (negative: not written; a
+  // negative start row: a padding entry). Tree-shaped drafts: with parents [N, tokens] too, token t
+  // starts from its parent's row state_indices[i, parents[i, t]], or from row state_slots[i] (only
+  // read) where the parent is -1. token_states must be nullptr with state_indices.
+  const int32_t* state_indices = nullptr;
+  const int32_t* num_accepted_tokens = nullptr;  // [N], each in 1..tokens; nullptr: all 1
+  const int32_t* parents = nullptr;
   float scale = 0.0f;          // <= 0: K^-0.5
   bool use_qk_l2norm = false;  // x / sqrt(sum(x^2) + 1e-6) on q and k
 };

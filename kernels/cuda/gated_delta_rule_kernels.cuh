@@ -75,6 +75,11 @@ struct KernelArgs {
   const int32_t* state_slots;
   int64_t num_state_rows;
   float* token_states;  // recurrent only: [N, T, HV, K, V]
+  // Recurrent only, the serving decode contracts (gated_delta_rule.h, RecurrentDecodeParams):
+  // token_rows [N, T] = state_indices, rows of initial_state (the pool, written in place).
+  const int32_t* token_rows;
+  const int32_t* num_accepted;  // accept: the start row is token_rows[i, num_accepted[i] - 1]
+  const int32_t* parents;       // tree: each token from its parent's row (-1: the slot's row)
   float scale;
   bool use_qk_l2norm;
   int chunk_size;
@@ -101,6 +106,12 @@ __device__ inline WorkItem resolve_item(const KernelArgs& a, int64_t item) {
   w.seq = rest / a.num_value_heads;
   w.qk_head = w.head / (a.num_value_heads / a.num_heads);
   w.slot = a.state_slots ? static_cast<int64_t>(a.state_slots[w.seq]) : w.seq;
+  if (a.token_rows && !a.parents) {  // accept: the start row of the accepted token
+    const int64_t accepted = a.num_accepted ? a.num_accepted[w.seq] : 1;
+    w.slot = accepted >= 1 && accepted <= a.seq_len
+                 ? static_cast<int64_t>(a.token_rows[w.seq * a.seq_len + accepted - 1])
+                 : -1;
+  }
   w.active = w.slot >= 0 && w.slot < a.num_state_rows;
   if (a.cu_seqlens) {
     w.bos = a.cu_seqlens[w.seq];
@@ -399,6 +410,19 @@ __global__ void __launch_bounds__(kThreads) recurrent_kernel(KernelArgs a) {
 
     for (int64_t t = 0; t < w.len; ++t) {
       const int64_t tok = w.bos + t;
+      if (a.parents) {
+        // A tree token starts from its parent's row, which this thread wrote for its own
+        // elements at the parent's step, or from the slot's row (only read).
+        const int32_t parent = a.parents[w.seq * a.seq_len + t];
+        const int64_t from =
+            parent < 0 ? w.slot : static_cast<int64_t>(a.token_rows[w.seq * a.seq_len + parent]);
+        const float* src = a.initial_state + (from * HV + w.head) * KV;
+#pragma unroll
+        for (int r = 0; r < kKeyRowsPerThread; ++r) {
+          const int d = warp + kWarps * r;
+          S[r] = (d < K && own_column) ? src[d * a.value_dim + w.v0 + lane] : 0.0f;
+        }
+      }
       if (warp == 0) load_qk_row(a, q, tok, w.qk_head, a.scale, sQ);
       if (warp == 1) load_qk_row(a, k, tok, w.qk_head, 1.0f, sK);
       __syncthreads();
@@ -440,6 +464,17 @@ __global__ void __launch_bounds__(kThreads) recurrent_kernel(KernelArgs a) {
           if (d < K) dst[d * a.value_dim] = S[r];
         }
       }
+      if (a.token_rows && own_column) {
+        const int64_t row = a.token_rows[w.seq * a.seq_len + t];
+        if (row >= 0) {
+          float* dst = a.final_state + (row * HV + w.head) * KV + w.v0 + lane;
+#pragma unroll
+          for (int r = 0; r < kKeyRowsPerThread; ++r) {
+            const int d = warp + kWarps * r;
+            if (d < K) dst[d * a.value_dim] = S[r];
+          }
+        }
+      }
       __syncthreads();
 
       if (warp == 0 && own_column) {
@@ -449,7 +484,7 @@ __global__ void __launch_bounds__(kThreads) recurrent_kernel(KernelArgs a) {
       }
     }
 
-    if (a.final_state && own_column) {
+    if (a.final_state && !a.token_rows && own_column) {
       float* dst = a.final_state + state_offset(a, w) + w.v0 + lane;
 #pragma unroll
       for (int r = 0; r < kKeyRowsPerThread; ++r) {

@@ -3,8 +3,9 @@
 // the decode steps of dynamic) through recurrent_decode; pool in place on a device copy of the
 // state pool through the chunked kernel with slot indices, or, when every sequence has one token
 // (a serving decode batch), through recurrent_decode with the slots; spec (multi-token decode)
-// through recurrent_decode with a state per token. The same mapping as the cpu backend
-// (cpu_gdr.cc), on device buffers.
+// through recurrent_decode with a state per token; the serving contracts accept and tree through
+// recurrent_decode with their row tables (ckpt has no CUDA kernel yet). The same mapping as the
+// cpu backend (cpu_gdr.cc), on device buffers.
 #include <string>
 
 #include "harness/backends/cuda/cuda_backend.h"
@@ -52,6 +53,26 @@ Status launch(const ops::gdr::Params& d, const DeviceTensors& in, const DeviceTe
               cudaStream_t stream) {
   using ops::gdr::Cache;
   kernels::GatedDeltaRuleParams p = device_params(d, in, out);
+  if (d.cache == Cache::kAccept || d.cache == Cache::kTree) {
+    // The serving decode contracts, in place on the output pool (a copy of the input pool).
+    const DeviceTensor& pool = out.at("state_pool");
+    if (Status st = cuda_status(cudaMemcpyAsync(pool.data(), in.at("state_pool").data(),
+                                                pool.nbytes(), cudaMemcpyDeviceToDevice, stream),
+                                "copy of the state pool");
+        !st.ok())
+      return st;
+    kc::RecurrentDecodeParams r = decode_params(p, d.T);
+    r.state = pool.as<float>();
+    r.num_state_rows = static_cast<int64_t>(pool.nbytes() / sizeof(float)) / (d.HV * d.K * d.V);
+    r.state_indices = in.at("state_indices").as<int32_t>();
+    if (d.cache == Cache::kTree) {
+      r.state_slots = in.at("state_slots").as<int32_t>();
+      r.parents = in.at("parents").as<int32_t>();
+    } else {
+      r.num_accepted_tokens = in.at("num_accepted_tokens").as<int32_t>();
+    }
+    return kc::recurrent_decode(r, stream);
+  }
   if (d.pooled()) {
     // In place on the output pool, which starts as a copy of the input pool.
     const DeviceTensor& pool_in = in.at("state_pool");
