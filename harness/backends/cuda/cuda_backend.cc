@@ -19,11 +19,7 @@ namespace {
 // gdr: every cache mode. chunked and dynamic reach run() as the prefill and decode calls the
 // harness drives (harness/call_plan.h); the shapes must suit the kernels.
 Support gdr_support(const cases::Case& c) {
-  const ops::gdr::Params d = ops::gdr::decode(c);  // every cache mode but ckpt
-  if (d.cache == ops::gdr::Cache::kCkpt)
-    return Support::No(
-        "kernels/cuda has no serving kernel for cache=ckpt (block checkpoints inside the chunked "
-        "prefill)");
+  const ops::gdr::Params d = ops::gdr::decode(c);  // every cache mode
   // The kernels' own host-side check, on placeholder pointers (it reads only shapes, dtype and
   // which pointers are set).
   static const char placeholder = 0;

@@ -4,8 +4,9 @@
 // state pool through the chunked kernel with slot indices, or, when every sequence has one token
 // (a serving decode batch), through recurrent_decode with the slots; spec (multi-token decode)
 // through recurrent_decode with a state per token; the serving contracts accept and tree through
-// recurrent_decode with their row tables (ckpt has no CUDA kernel yet). The same mapping as the
-// cpu backend (cpu_gdr.cc), on device buffers.
+// recurrent_decode with their row tables; ckpt through the chunked kernel block by block. The
+// same mapping as the cpu backend (cpu_gdr.cc), on device buffers.
+#include <algorithm>
 #include <string>
 
 #include "harness/backends/cuda/cuda_backend.h"
@@ -13,6 +14,7 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gated_delta_rule.h"
 #include "ops/gdr/problem.h"
+#include "ops/gdr/serving.h"
 
 namespace deltacheck::harness {
 namespace {
@@ -47,12 +49,69 @@ kc::RecurrentDecodeParams decode_params(const kernels::GatedDeltaRuleParams& g, 
   return p;
 }
 
+// cache=ckpt (docs/serving.md): the chunked kernel block by block and sequence by sequence. Block
+// b of sequence s runs from the state block b - 1 ended with (its pool row; for b = 0 the
+// sequence's initial state) and writes its end state straight into its row block_slots[s, b] of
+// the output pool, which starts as a copy of the input pool. `slots` is the host's block_slots.
+Status launch_ckpt(const ops::gdr::Params& d, const kernels::GatedDeltaRuleParams& p,
+                   const cases::Tensor& slots, const DeviceTensor& pool_in,
+                   const DeviceTensor& pool, cudaStream_t stream) {
+  if (Status st = cuda_status(cudaMemcpyAsync(pool.data(), pool_in.data(), pool.nbytes(),
+                                              cudaMemcpyDeviceToDevice, stream),
+                              "copy of the state pool");
+      !st.ok())
+    return st;
+  const int64_t per = d.HV * d.K * d.V, cols = slots.shape()[1];
+  const int64_t bs = ops::gdr::ckpt_block_size(d), act = dtype_size(d.dtype);
+  const int64_t rows = static_cast<int64_t>(pool.nbytes() / sizeof(float)) / per;
+  auto at_token = [](const void* base, int64_t token, int64_t per_token, int64_t bytes) {
+    return static_cast<const char*>(base) + token * per_token * bytes;
+  };
+  int64_t first = 0;  // the sequence's first token in the flat [B * T] token axis
+  for (int64_t s = 0; s < d.N; ++s) {
+    const int64_t len = d.layout.lengths[s];
+    const float* from = p.initial_state ? p.initial_state + s * per : nullptr;
+    for (int64_t b = 0; b * bs < len; ++b) {
+      const int32_t row = slots.as<int32_t>()[s * cols + b];
+      if (row < 0 || row >= rows)
+        return Status::InvalidArgument("block_slots[" + std::to_string(s) + ", " +
+                                       std::to_string(b) + "] = " + std::to_string(row) +
+                                       " outside the pool's " + std::to_string(rows) + " rows");
+      const int64_t t0 = first + b * bs, n = std::min(bs, len - b * bs);
+      kernels::GatedDeltaRuleParams piece = p;
+      piece.batch = 1;
+      piece.seq_len = n;
+      piece.cu_seqlens = nullptr;
+      piece.num_seqs = 1;
+      piece.state_slots = nullptr;
+      piece.num_state_rows = 1;
+      piece.q = at_token(p.q, t0, d.H * d.K, act);
+      piece.k = at_token(p.k, t0, d.H * d.K, act);
+      piece.v = at_token(p.v, t0, d.HV * d.V, act);
+      piece.g = reinterpret_cast<const float*>(at_token(p.g, t0, d.HV, sizeof(float)));
+      piece.beta = at_token(p.beta, t0, d.HV, act);
+      piece.o = const_cast<char*>(at_token(p.o, t0, d.HV * d.V, act));
+      piece.initial_state = from;
+      piece.final_state = pool.as<float>() + row * per;
+      if (Status st = kc::chunked_gated_delta_rule(piece, stream); !st.ok()) return st;
+      from = piece.final_state;
+    }
+    first += len;
+  }
+  return Status::Ok();
+}
+
 // Queues the kernels of the case on `stream` (the outputs' mirrors already hold the runner's
-// poisoned buffers).
+// poisoned buffers). `host_in`: the case's inputs on the host (the slot tables).
 Status launch(const ops::gdr::Params& d, const DeviceTensors& in, const DeviceTensors& out,
-              cudaStream_t stream) {
+              const cases::TensorMap& host_in, cudaStream_t stream) {
   using ops::gdr::Cache;
   kernels::GatedDeltaRuleParams p = device_params(d, in, out);
+  if (d.cache == Cache::kCkpt) {
+    if (Status st = kc::validate_sequence_layout(p, stream); !st.ok()) return st;
+    return launch_ckpt(d, p, host_in.at("block_slots"), in.at("state_pool"), out.at("state_pool"),
+                       stream);
+  }
   if (d.cache == Cache::kAccept || d.cache == Cache::kTree) {
     // The serving decode contracts, in place on the output pool (a copy of the input pool).
     const DeviceTensor& pool = out.at("state_pool");
@@ -121,7 +180,7 @@ Status run_cuda_gdr_case(const cases::Case& c, const cases::TensorMap& in, cases
   DeviceTensors din, dout;
   if (Status st = din.upload(in, stream.get()); !st.ok()) return st;
   if (Status st = dout.upload(out, stream.get()); !st.ok()) return st;
-  Status launched = launch(d, din, dout, stream.get());
+  Status launched = launch(d, din, dout, in, stream.get());
   // Whatever happened, wait for the queued work before the buffers are freed; a kernel's
   // asynchronous failure surfaces in the synchronization.
   Status synced = stream.synchronize();
