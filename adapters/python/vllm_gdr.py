@@ -75,7 +75,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dc_protocol as dc  # noqa: E402
-from fla_gdr import kernel_device, tensor  # noqa: E402
+from fla_gdr import kernel_device  # noqa: E402
 
 MODULE = "vllm.third_party.flash_linear_attention.ops"
 FUNCTIONS = {"fused-recurrent": "fused_recurrent_gated_delta_rule",
@@ -159,7 +159,7 @@ class Pool:
 
 def packed(case, torch, dev):
     """q, k, v, g, beta as vLLM passes them (one packed row, B=1) and cu_seqlens (int32)."""
-    x = [tensor(case, n, torch) for n in ("q", "k", "v", "g", "beta")]
+    x = [dc.torch_input(case, n) for n in ("q", "k", "v", "g", "beta")]
     B, T = x[0].shape[:2]
     if "cu_seqlens" in case.inputs:
         cu = torch.from_numpy(case.inputs["cu_seqlens"].astype("int32"))
