@@ -1,6 +1,7 @@
 // FunctionBackend and access to deltacheck's own backends (include/deltacheck/backend.h).
 #include "deltacheck/backend.h"
 
+#include "backends/registry.h"
 #include "harness/isolation.h"
 
 namespace deltacheck {
@@ -40,10 +41,10 @@ Status FunctionBackend::run(const Case& c, const TensorMap& inputs, TensorMap& o
   return run_(c, inputs, outputs);
 }
 
-std::vector<BackendInfo> list_backends() { return harness::list_backends(); }
+std::vector<BackendInfo> list_backends() { return backends::list_backends(); }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options) {
-  return harness::make_backend(name, options);
+  return backends::make_backend(name, options);
 }
 
 std::unique_ptr<Backend> isolated_backend(std::unique_ptr<Backend> backend, double timeout_s) {

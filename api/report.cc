@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "harness/backend.h"
+#include "backends/registry.h"
 #include "harness/tolerance.h"
 #include "reports/console.h"
 
@@ -75,7 +75,7 @@ Report make_report(const std::vector<CaseResult>& results, const ReportOptions& 
   }
   // The tool can rerun its own backends only; a user's backend lives in the user's program.
   run.rerunnable.emplace();
-  for (const auto& b : harness::list_backends()) run.rerunnable->insert(b.name);
+  for (const auto& b : backends::list_backends()) run.rerunnable->insert(b.name);
   return reports::assemble_report(results, run);
 }
 

@@ -1,6 +1,6 @@
 // The external backend's cost per call (issue 20): one process per call (`--cmd`) against one
 // worker answering every call (`--serve`), with the same program on the same case in the same
-// run: deltacheck_serve_worker (harness/backends/external/serve_worker.cc), which reads {in},
+// run: deltacheck_serve_worker (backends/external/serve_worker.cc), which reads {in},
 // runs deltacheck's cpu backend and writes {out}. `external_call/kernel` is that backend called
 // in-process, so figure - kernel is everything the external route adds per call: {in} written,
 // the program reached (started, or sent a request line), its HDF5 read and write, {out} checked
@@ -12,8 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "backends/registry.h"
 #include "cases/case.h"
-#include "harness/backend.h"
 #include "harness/runner.h"
 
 namespace deltacheck::bench {
@@ -49,7 +49,7 @@ void run_calls(benchmark::State& st, const std::string& name, const harness::Bac
   cases::TensorMap out = harness::allocate_outputs(pc.outputs);
   const double cpu0 = cpu_seconds(RUSAGE_SELF) + cpu_seconds(RUSAGE_CHILDREN);
   {
-    std::unique_ptr<harness::Backend> b = harness::make_backend(name, o);
+    std::unique_ptr<harness::Backend> b = backends::make_backend(name, o);
     // The first call starts the worker (serve): not part of the per-call wall time.
     if (const Status s = b->run(pc.c, pc.inputs, out); !s.ok()) {
       st.SkipWithError(s.message().c_str());

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "backends/registry.h"
 #include "cases/case.h"
 #include "cases/generate.h"
 #include "cases/suites.h"
-#include "harness/backend.h"
 #include "harness/runner.h"
 
 namespace deltacheck::bench {
@@ -47,7 +47,7 @@ void BM_prepare(benchmark::State& st) {
 
 void BM_kernel(benchmark::State& st) {
   const harness::PreparedCase& pc = prepared(st.range(0), st.range(1));
-  std::unique_ptr<harness::Backend> cpu = harness::make_backend("cpu");
+  std::unique_ptr<harness::Backend> cpu = backends::make_backend("cpu");
   cases::TensorMap out = harness::allocate_outputs(pc.outputs);
   for (auto _ : st) {
     const Status s = cpu->run(pc.c, pc.inputs, out);
@@ -58,7 +58,7 @@ void BM_kernel(benchmark::State& st) {
 
 void BM_run_case(benchmark::State& st) {
   const harness::PreparedCase& pc = prepared(st.range(0), st.range(1));
-  std::unique_ptr<harness::Backend> cpu = harness::make_backend("cpu");
+  std::unique_ptr<harness::Backend> cpu = backends::make_backend("cpu");
   double backend = 0.0, total = 0.0;
   for (auto _ : st) {
     const harness::CaseResult r = harness::run_case(pc, *cpu);
@@ -93,7 +93,7 @@ void BM_allocate(benchmark::State& st) {
 
 void BM_judge(benchmark::State& st) {
   const harness::PreparedCase& pc = prepared(st.range(0), st.range(1));
-  std::unique_ptr<harness::Backend> cpu = harness::make_backend("cpu");
+  std::unique_ptr<harness::Backend> cpu = backends::make_backend("cpu");
   cases::TensorMap out = harness::allocate_outputs(pc.outputs);
   if (const Status s = cpu->run(pc.c, pc.inputs, out); !s.ok()) st.SkipWithError("kernel failed");
   for (auto _ : st) {
@@ -113,7 +113,7 @@ void BM_many_sequences(benchmark::State& st) {
   const int64_t n = st.range(0);
   const harness::PreparedCase pc = harness::prepare(cases::Case::parse(
       "gdr(layout=packed[1*" + std::to_string(n) + "],H=1,HV=1,K=4,V=4,dtype=fp32,seed=0)"));
-  std::unique_ptr<harness::Backend> cpu = harness::make_backend("cpu");
+  std::unique_ptr<harness::Backend> cpu = backends::make_backend("cpu");
   for (auto _ : st) {
     const harness::CaseResult r = harness::run_case(pc, *cpu, /*probes=*/true);
     if (r.verdict != harness::Verdict::kPass) st.SkipWithError(r.message.c_str());
@@ -130,7 +130,7 @@ void BM_many_sequences(benchmark::State& st) {
 const std::vector<cases::Case>& smoke_gdr_cases() {
   static const std::vector<cases::Case> cs = [] {
     std::vector<cases::Case> out;
-    const std::unique_ptr<harness::Backend> cpu = harness::make_backend("cpu");
+    const std::unique_ptr<harness::Backend> cpu = backends::make_backend("cpu");
     for (const cases::Case& c : cases::suite("smoke"))
       if (c.op() == "gdr" && cpu->supports(c).ok) out.push_back(c);
     return out;
@@ -147,7 +147,7 @@ double process_cpu_seconds() {
 // The cpu backend, with the process CPU time spent inside its calls counted.
 class TimedBackend : public harness::Backend {
  public:
-  TimedBackend() : inner_(harness::make_backend("cpu")) {}
+  TimedBackend() : inner_(backends::make_backend("cpu")) {}
   std::string name() const override { return inner_->name(); }
   std::string description() const override { return inner_->description(); }
   harness::Support supports(const cases::Case& c) const override { return inner_->supports(c); }

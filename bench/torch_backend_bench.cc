@@ -9,11 +9,11 @@
 
 #include <string>
 
+#include "backends/torch/torch_backend.h"
 #include "bench/bench_util.h"
 #include "cases/case.h"
 #include "cases/generate.h"
 #include "harness/backend.h"
-#include "harness/backends/torch/torch_backend.h"
 #include "harness/op_names.h"
 #include "harness/runner.h"
 
@@ -28,11 +28,11 @@ constexpr const char* kShort =
     "gdr(layout=packed[16*256],H=16,HV=16,K=128,V=128,dtype=fp32,state=none,cache=prefill)";
 
 void BM_backend(benchmark::State& st, const std::string& backend, const std::string& case_id) {
-  harness::register_torch_backends();
+  backends::register_torch_backends();
   harness::BackendOptions options;
   options.library = DELTACHECK_EXAMPLE_OP;
   options.op = "deltacheck_example::chunk_gated_delta_rule";
-  auto b = harness::make_backend(backend, options);
+  auto b = backends::make_backend(backend, options);
   const cases::Case c = cases::Case::parse(case_id);
   const cases::TensorMap in = cases::generate_inputs(c);
   cases::TensorMap out = harness::allocate_outputs(harness::operation_for(c).outputs(c));

@@ -100,7 +100,7 @@ class FixtureReader {
   // Refuses, before allocating, a case whose datasets (plus its inputs regenerated to check the
   // stored ones) would take more than `bytes` of memory (--max-memory). 0: no limit.
   void set_max_bytes(int64_t bytes);
-  // false: reads {in} as an external program does (harness/backends/external/serve_worker.cc):
+  // false: reads {in} as an external program does (backends/external/serve_worker.cc):
   // the inputs as stored, not checked against those the case id generates (a probe's inputs and
   // those of a later call of a multi-call case differ from them).
   void set_check_inputs(bool check);

@@ -90,13 +90,4 @@ struct BackendOptions {
   std::string op;       // torch-op: qualified operator name, e.g. myns::chunk_gated_delta_rule
 };
 
-// Adds backends from an optional library (e.g. LibTorch, CUDA); call before first use.
-using BackendFactory = std::function<std::vector<std::unique_ptr<Backend>>(const BackendOptions&)>;
-void register_backend_factory(BackendFactory factory);
-
-// Every backend this build knows, in listing order.
-std::vector<BackendInfo> list_backends();
-// Creates a backend by name; throws std::invalid_argument naming the unknown backend.
-std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options = {});
-
 }  // namespace deltacheck::harness

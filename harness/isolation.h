@@ -7,7 +7,7 @@
 // back as they were (the runner then says "threw: ...").
 //
 // The external backend needs none of this: its program already runs as a separate process with
-// a timeout (harness/backends/external_backend.cc). A backend that has initialized CUDA in the
+// a timeout (backends/external_backend.cc). A backend that has initialized CUDA in the
 // parent cannot be used in a forked child (CUDA forbids it).
 #pragma once
 

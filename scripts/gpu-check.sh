@@ -261,7 +261,7 @@ configure_and_build() {
   [ "$DRY_RUN" = 1 ] || record "build$label" "$STEP_RESULT" "$STEP_SECONDS" "${TARGETS[*]}"
   BUILT=$STEP_RC
 }
-TARGETS=(deltacheck deltacheck_bench test_kernels_cuda test_harness_backends_cuda)
+TARGETS=(deltacheck deltacheck_bench test_kernels_cuda test_backends_cuda)
 configure_and_build 1
 if [ "$BUILT" != 0 ] && [ -n "$TORCH_PREFIX" ]; then
   # LibTorch is not what this check is about: a wheel whose CMake config or headers do not suit
@@ -317,10 +317,10 @@ if [ "$DRY_RUN" = 0 ]; then
     "$(grep -E '^\[  (PASSED|FAILED) +\]' "$R/test_kernels_cuda.log" | head -n2 | paste -sd' ')"
 fi
 
-run_step test_harness_backends_cuda 180 "$R/test_harness_backends_cuda.log" -- \
-  "$TESTS/test_harness_backends_cuda" --gtest_output="xml:$R/test_harness_backends_cuda.xml"
-[ "$DRY_RUN" = 1 ] || record test_harness_backends_cuda "$STEP_RESULT" "$STEP_SECONDS" \
-  "$(grep -E '^\[  (PASSED|FAILED) +\]' "$R/test_harness_backends_cuda.log" | head -n2 | paste -sd' ')"
+run_step test_backends_cuda 180 "$R/test_backends_cuda.log" -- \
+  "$TESTS/test_backends_cuda" --gtest_output="xml:$R/test_backends_cuda.xml"
+[ "$DRY_RUN" = 1 ] || record test_backends_cuda "$STEP_RESULT" "$STEP_SECONDS" \
+  "$(grep -E '^\[  (PASSED|FAILED) +\]' "$R/test_backends_cuda.log" | head -n2 | paste -sd' ')"
 
 for suite in gate full; do
   run_step "$suite" 300 "$R/$suite.log" -- "$DC" run --suite "$suite" --backend cuda \

@@ -13,7 +13,7 @@
 
 namespace deltacheck_example {
 
-// The schema deltacheck's torch-op backend expects (harness/backends/torch/README.md).
+// The schema deltacheck's torch-op backend expects (backends/torch/README.md).
 inline constexpr const char* kGdrSchema =
     "chunk_gated_delta_rule(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, "
     "Tensor? cu_seqlens, Tensor? initial_state, float scale, bool use_qk_l2norm) "

@@ -1,7 +1,7 @@
 // The LibTorch component (find_package(deltacheck COMPONENTS torch), target deltacheck::torch):
 // deltacheck's LibTorch backends, "torch" (its ATen kernels, on --device cpu or cuda) and
 // "torch-op" (your TORCH_LIBRARY operator, loaded from a shared library; BackendOptions::library
-// and ::op; harness/backends/torch/README.md has the calling convention).
+// and ::op; backends/torch/README.md has the calling convention).
 #pragma once
 
 namespace deltacheck {

@@ -1,6 +1,6 @@
 // A host mask builder (kernels/common/mask_params.h) as a type: DELTACHECK_MASK_BUILDER_API(Name,
 // ns) defines struct Name whose static functions forward to the builder functions of namespace
-// `ns`, so code over every builder (the harness's adapter, harness/mask_adapter.h; the shared
+// `ns`, so code over every builder (the harness's adapter, backends/mask_adapter.h; the shared
 // tests, tests/kernels/mask_builder_testbed.h) is written once as a template. A deliberately wrong
 // builder derives from such a struct and hides the function it breaks.
 #pragma once

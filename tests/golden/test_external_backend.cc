@@ -6,9 +6,9 @@
 
 #include <chrono>
 
+#include "backends/registry.h"
 #include "golden/exchange.h"
 #include "golden_test_util.h"
-#include "harness/backend.h"
 
 namespace deltacheck::golden {
 namespace {
@@ -38,7 +38,7 @@ class ExternalBackend : public ::testing::Test {
     harness::BackendOptions o;
     o.cmd = cmd;
     o.timeout_s = timeout_s;
-    auto backend = harness::make_backend("external", o);
+    auto backend = backends::make_backend("external", o);
     harness::CaseResult r = harness::run_case(*pc_, *backend);
     EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir_ / "tmp"), {}), 0)
         << "temporary folder left behind";

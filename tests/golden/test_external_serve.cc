@@ -2,16 +2,16 @@
 // a hang or a garbage answer is that call's error, the worker is killed with everything it
 // started and the next call starts a new one; a correct worker passes (probes included) and a
 // leaky one is a leak. The workers are /bin/sh scripts written here and deltacheck_serve_worker
-// (harness/backends/external/serve_worker.cc), which runs one of deltacheck's backends.
+// (backends/external/serve_worker.cc), which runs one of deltacheck's backends.
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <chrono>
 #include <fstream>
 
+#include "backends/registry.h"
 #include "golden/exchange.h"
 #include "golden_test_util.h"
-#include "harness/backend.h"
 
 namespace deltacheck::golden {
 namespace {
@@ -62,7 +62,7 @@ class ExternalServe : public ::testing::Test {
     harness::BackendOptions o;
     o.serve = "echo start >> '" + dir_ / "spawns.txt" + "'; " + program;
     o.timeout_s = timeout_s;
-    backend_ = harness::make_backend("external", o);
+    backend_ = backends::make_backend("external", o);
     return *backend_;
   }
   // A worker in /bin/sh: the handshake, then per request `body` with $in and $out set, and $n

@@ -5,8 +5,8 @@
 
 #include <cmath>
 
+#include "backends/registry.h"
 #include "golden_test_util.h"
-#include "harness/backend.h"
 
 namespace deltacheck::golden {
 namespace {
@@ -23,7 +23,7 @@ TEST(GoldenFixtures, StoredCasesGetTheVerdictsOfGeneratedOnes) {
   ASSERT_TRUE(r.open(dir / "f.h5").ok());
   int leaks = 0;
   for (const std::string name : {"cpu", "wrong:ignore-cu-seqlens", "wrong:readout-before-update"}) {
-    auto backend = harness::make_backend(name);
+    auto backend = backends::make_backend(name);
     for (size_t i = 0; i < cs.size(); ++i) {
       StatusOr<harness::PreparedCase> stored = prepare_stored(r.read(i).take());
       ASSERT_TRUE(stored.ok()) << stored.status().message();

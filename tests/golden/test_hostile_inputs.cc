@@ -19,10 +19,10 @@
 #include <functional>
 #include <limits>
 
+#include "backends/registry.h"
 #include "deltacheck_test_paths.h"
 #include "golden/sha256.h"
 #include "golden_test_util.h"
-#include "harness/backend.h"
 
 namespace deltacheck::golden {
 namespace {
@@ -520,7 +520,7 @@ class HostileProgram : public ::testing::Test {
     harness::BackendOptions o;
     o.cmd = cmd;
     o.timeout_s = timeout_s;
-    auto backend = harness::make_backend("external", o);
+    auto backend = backends::make_backend("external", o);
     harness::CaseResult r = harness::run_case(*pc_, *backend);
     EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir_ / "tmp"), {}), 0)
         << what << ": temporary folder left behind";
@@ -576,7 +576,7 @@ TEST_F(HostileProgram, FoldersOfAKilledRunAreRemovedByTheNextRun) {
   ASSERT_EQ(flock(lock, LOCK_EX), 0);
   harness::BackendOptions o;
   o.cmd = "exit 1; : {in} {out}";
-  auto backend = harness::make_backend("external", o);
+  auto backend = backends::make_backend("external", o);
   (void)harness::run_case(*pc_, *backend);
   EXPECT_FALSE(std::filesystem::exists(stale));
   EXPECT_TRUE(std::filesystem::exists(alive));

@@ -6,12 +6,13 @@
 #include <cmath>
 #include <map>
 
+#include "backends/registry.h"
 #include "cases/suites.h"
 #include "harness/backend.h"
 #include "harness/call_plan.h"
 #include "harness/runner.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::backends {
 namespace {
 
 std::vector<cases::Case> gdr_cases_with_cache(const std::vector<std::string>& modes) {
@@ -135,4 +136,4 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 }  // namespace
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::backends

@@ -9,12 +9,13 @@
 #include <iterator>
 #include <limits>
 
+#include "backends/registry.h"
 #include "cases/suites.h"
 #include "harness/backend.h"
 #include "harness/expectation_cache.h"
 #include "harness/runner.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::backends {
 namespace {
 
 namespace fs = std::filesystem;
@@ -258,4 +259,4 @@ TEST(ExpectationCacheBuildId, IsAHashOfTheSources) {
 }
 
 }  // namespace
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::backends

@@ -6,12 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "backends/registry.h"
 #include "cases/suites.h"
 #include "harness/backend.h"
 #include "harness/runner.h"
 #include "ops/gdr_grad/params.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::backends {
 namespace {
 
 std::vector<cases::Case> grad_cases(const std::string& suite) {
@@ -139,4 +140,4 @@ TEST(GradCases, DgByTheCancellationFormFailsUnderStrongDecay) {
 }
 
 }  // namespace
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::backends

@@ -2,11 +2,12 @@
 // conv that reads its left context across a packed boundary is a leak.
 #include <gtest/gtest.h>
 
+#include "backends/registry.h"
 #include "cases/suites.h"
 #include "harness/backend.h"
 #include "harness/runner.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::backends {
 namespace {
 
 std::vector<cases::Case> layer_cases(const std::string& suite) {
@@ -50,4 +51,4 @@ TEST(LayerCases, ConvReadingThePreviousSequenceIsALeak) {
 }
 
 }  // namespace
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::backends

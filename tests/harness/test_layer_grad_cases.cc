@@ -8,12 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "backends/registry.h"
 #include "cases/suites.h"
 #include "harness/backend.h"
 #include "harness/runner.h"
 #include "ops/layer_grad/params.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::backends {
 namespace {
 
 std::vector<cases::Case> layer_grad_cases(const std::string& suite) {
@@ -101,4 +102,4 @@ TEST(LayerGradCases, PiecesAreJudgedByTheirOwnWeightGradients) {
 }
 
 }  // namespace
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::backends

@@ -10,14 +10,14 @@
 #include <map>
 #include <set>
 
+#include "backends/mask_adapter.h"
+#include "backends/mask_builders.h"
 #include "cases/suites.h"
 #include "harness/backend.h"
-#include "harness/backends/mask_builders.h"
-#include "harness/mask_adapter.h"
 #include "harness/runner.h"
 #include "ops/mask/params.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::backends {
 namespace {
 
 using cases::Case;
@@ -224,4 +224,4 @@ TEST(MaskCases, SegmentsMismatchIsAFailNamingTheToken) {
 }
 
 }  // namespace
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::backends

@@ -2,12 +2,13 @@
 // leaks too small for the oracle comparison to see.
 #include <gtest/gtest.h>
 
+#include "backends/registry.h"
 #include "cases/suites.h"
 #include "harness/backend.h"
 #include "harness/probes.h"
 #include "harness/runner.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::backends {
 namespace {
 
 Verdict probe(const std::vector<ProbeReport>& ps, const std::string& name) {
@@ -126,4 +127,4 @@ TEST(Probes, ANonDeterministicBackendFailsRepeat) {
 }
 
 }  // namespace
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::backends

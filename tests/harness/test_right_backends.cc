@@ -11,17 +11,17 @@
 #include <cstring>
 #include <map>
 
+#include "backends/registry.h"
+#include "backends/right/panel.h"
+#include "backends/right/rounding.h"
+#include "backends/right/rule.h"
 #include "cases/rng.h"
 #include "cases/suites.h"
-#include "harness/backend.h"
-#include "harness/backends/right/panel.h"
-#include "harness/backends/right/rounding.h"
-#include "harness/backends/right/rule.h"
 #include "harness/compare.h"
 #include "harness/runner.h"
 #include "ops/gdr/problem.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::backends {
 namespace {
 
 using cases::Case;
@@ -285,4 +285,4 @@ TEST(RightBackends, ListedAsThePanelAndDecliningMaskOps) {
 }
 
 }  // namespace
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::backends

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "backends/registry.h"
 #include "cases/suites.h"
 #include "harness/backend.h"
 #include "harness/call_plan.h"
@@ -14,7 +15,7 @@
 #include "ops/serve/params.h"
 #include "ops/serve/scenario.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::backends {
 namespace {
 
 using ops::serve::Scenario;
@@ -198,4 +199,4 @@ TEST(ServeScenarios, BackendWithoutSpecCallsIsUnsupportedWithTheReason) {
 }
 
 }  // namespace
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::backends

@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "backends/registry.h"
 #include "cases/generate.h"
 #include "harness/backend.h"
 #include "harness/isolation.h"
@@ -31,7 +32,7 @@
 #endif
 #endif
 
-namespace deltacheck::harness {
+namespace deltacheck::backends {
 namespace {
 
 using cases::Case;
@@ -378,4 +379,4 @@ TEST(Isolation, NoChildIsLeftBehind) {
 }
 
 }  // namespace
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::backends

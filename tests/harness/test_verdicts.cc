@@ -7,13 +7,14 @@
 #include <map>
 #include <set>
 
+#include "backends/registry.h"
 #include "cases/suites.h"
 #include "harness/backend.h"
 #include "harness/runner.h"
 #include "ops/gdr/problem.h"
 #include "reference/gated_delta_rule.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::backends {
 namespace {
 
 using cases::Case;
@@ -301,9 +302,9 @@ TEST(Integrity, DegenerateExpectationIsAnError) {
 }
 
 }  // namespace
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::backends
 
-namespace deltacheck::harness {
+namespace deltacheck::backends {
 namespace {
 
 // A kernel whose fp32 matmuls run in TF32, modelled by the CPU kernel on q, k and v rounded to
@@ -367,4 +368,4 @@ TEST(MatmulPrecision, TF32IsJudgedAgainstItsBaselineOnlyWhenDeclared) {
 }
 
 }  // namespace
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::backends

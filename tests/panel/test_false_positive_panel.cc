@@ -11,12 +11,13 @@
 #include <map>
 #include <set>
 
+#include "backends/registry.h"
 #include "cases/suites.h"
 #include "harness/backend.h"
 #include "harness/isolation.h"
 #include "harness/runner.h"
 
-namespace deltacheck::harness {
+namespace deltacheck::backends {
 namespace {
 
 using cases::Case;
@@ -197,4 +198,4 @@ TEST(FalsePositivePanel, AStateNotResetBugPlantedInEachIsALeak) {
 }
 
 }  // namespace
-}  // namespace deltacheck::harness
+}  // namespace deltacheck::backends

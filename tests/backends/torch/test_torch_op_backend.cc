@@ -1,0 +1,182 @@
+// Backend "torch-op": the example operator library passes the gate suite; the leaky example is
+// flagged leak exactly where the same bug built into the harness (wrong:ignore-cu-seqlens) is;
+// a missing library, a missing operator, a schema off the calling convention, an operator that
+// throws or returns malformed tensors all give verdict error with the reason.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/library.h>
+
+#include <string>
+
+#include "backends/torch/torch_backend.h"
+#include "backends/torch/torch_op_convention.h"
+#include "cases/suites.h"
+#include "harness/backend.h"
+#include "harness/runner.h"
+
+namespace deltacheck::backends {
+namespace {
+
+using cases::Case;
+
+constexpr const char* kExampleLib = DELTACHECK_EXAMPLE_OP;
+constexpr const char* kLeakyLib = DELTACHECK_EXAMPLE_LEAKY_OP;
+
+std::unique_ptr<Backend> torch_op(const std::string& library, const std::string& op,
+                                  const std::string& device = "cpu") {
+  register_torch_backends();
+  BackendOptions o;
+  o.library = library;
+  o.op = op;
+  o.device = device;
+  return make_backend("torch-op", o);
+}
+
+// Pool, spec and the serving cases (ckpt, accept, tree) address states through slots, which the
+// calling convention has no argument for: torch-op reports them unsupported.
+bool has_slots(const Case& c) {
+  for (const char* m : {"pool", "spec", "ckpt", "accept", "tree"})
+    if (c.get("cache") == m) return true;
+  return false;
+}
+
+CaseResult run_one(Backend& b, const std::string& id = "gdr(layout=packed[20,0,30],seed=3)") {
+  return run_case(prepare(Case::parse(id)), b);
+}
+
+// Operators with the wrong schema, or that misbehave, registered by this test binary itself (the
+// torch-op backend finds every operator the process has, whichever library registered it).
+std::tuple<at::Tensor, at::Tensor> throws(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                          const at::Tensor&, const at::Tensor&,
+                                          const c10::optional<at::Tensor>&,
+                                          const c10::optional<at::Tensor>&, double, bool) {
+  TORCH_CHECK(false, "deliberate failure in the operator");
+  return {};
+}
+
+std::tuple<at::Tensor, at::Tensor> wrong_shape(const at::Tensor& q, const at::Tensor&,
+                                               const at::Tensor& v, const at::Tensor&,
+                                               const at::Tensor&, const c10::optional<at::Tensor>&,
+                                               const c10::optional<at::Tensor>&, double, bool) {
+  return {at::zeros({1, 2, 3}, v.options()), at::Tensor()};
+}
+
+std::tuple<at::Tensor, at::Tensor> wrong_dtype(const at::Tensor& q, const at::Tensor&,
+                                               const at::Tensor& v, const at::Tensor&,
+                                               const at::Tensor&, const c10::optional<at::Tensor>&,
+                                               const c10::optional<at::Tensor>&, double, bool) {
+  return {at::zeros(v.sizes(), v.options().dtype(at::kDouble)), at::Tensor()};
+}
+
+#define GDR_ARGS \
+  "Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor? cu_seqlens, Tensor? initial_state"
+
+TORCH_LIBRARY(deltacheck_test, m) {
+  m.def(
+      "too_few_arguments(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta) -> "
+      "(Tensor, Tensor)");
+  m.def("int_scale(" GDR_ARGS ", int scale, bool use_qk_l2norm) -> (Tensor, Tensor)");
+  m.def("one_return(" GDR_ARGS ", float scale, bool use_qk_l2norm) -> Tensor");
+  m.def("no_kernel(" GDR_ARGS ", float scale, bool use_qk_l2norm) -> (Tensor, Tensor)");
+  m.def("throws(" GDR_ARGS ", float scale, bool use_qk_l2norm) -> (Tensor, Tensor)", &throws);
+  m.def("wrong_shape(" GDR_ARGS ", float scale, bool l2) -> (Tensor, Tensor)", &wrong_shape);
+  m.def("wrong_dtype(" GDR_ARGS ", float scale, bool l2) -> (Tensor, Tensor)", &wrong_dtype);
+}
+
+TEST(TorchOpBackend, ExampleOperatorPassesTheGateSuite) {
+  auto backend = torch_op(kExampleLib, "deltacheck_example::chunk_gated_delta_rule");
+  int passed = 0;
+  for (const Case& c : cases::suite("gate")) {
+    if (c.op() != "gdr") continue;
+    const CaseResult r = run_case(prepare(c), *backend);
+    if (has_slots(c)) {
+      EXPECT_EQ(r.verdict, Verdict::kUnsupported) << c.id() << ": " << r.message;
+      continue;
+    }
+    EXPECT_EQ(r.verdict, Verdict::kPass) << c.id() << ": " << r.message;
+    passed += r.verdict == Verdict::kPass;
+  }
+  EXPECT_GT(passed, 100);
+}
+
+// The leaky operator has the semantics of wrong:ignore-cu-seqlens (whose verdicts
+// tests/harness/test_verdicts.cc checks against the exact FP64 bug), so on every case it must get
+// the same verdict: leak on packed cases where the carried state is visible, pass elsewhere.
+TEST(TorchOpBackend, LeakyExampleOperatorIsFlaggedLeak) {
+  auto leaky = torch_op(kLeakyLib, "deltacheck_example_leaky::chunk_gated_delta_rule");
+  auto same_bug = make_backend("wrong:ignore-cu-seqlens");
+  int leaks = 0;
+  for (const Case& c : cases::suite("gate")) {
+    if (c.op() != "gdr" || has_slots(c)) continue;
+    const PreparedCase pc = prepare(c);
+    const CaseResult r = run_case(pc, *leaky);
+    const CaseResult expected = run_case(pc, *same_bug);
+    EXPECT_EQ(r.verdict, expected.verdict) << c.id() << ": " << r.message;
+    if (r.verdict == Verdict::kLeak) {
+      ++leaks;
+      EXPECT_GT(r.leak_seq, 0) << c.id();
+      EXPECT_NE(r.message.find("alone passes"), std::string::npos) << r.message;
+    }
+    const cases::Layout L = cases::Layout::parse(c.get("layout"));
+    if (!L.has_cu_seqlens() || L.num_seqs() < 2) {
+      EXPECT_EQ(r.verdict, Verdict::kPass) << c.id() << ": " << r.message;
+    }
+  }
+  EXPECT_GT(leaks, 40);
+}
+
+void expect_error(Backend& b, const std::string& reason_part) {
+  const CaseResult r = run_one(b);
+  EXPECT_EQ(r.verdict, Verdict::kError) << r.message;
+  EXPECT_NE(r.message.find(reason_part), std::string::npos) << r.message;
+}
+
+TEST(TorchOpBackend, MissingLibraryIsAnError) {
+  auto b = torch_op("/nonexistent/libnothing.so", "deltacheck_example::chunk_gated_delta_rule");
+  expect_error(*b, "cannot load library '/nonexistent/libnothing.so'");
+  auto none = torch_op("", "deltacheck_example::chunk_gated_delta_rule");
+  expect_error(*none, "no --library given");
+}
+
+TEST(TorchOpBackend, MissingOperatorIsAnErrorNamingWhatIsThere) {
+  auto b = torch_op(kExampleLib, "deltacheck_example::no_such_op");
+  expect_error(*b, "no operator 'deltacheck_example::no_such_op'");
+  expect_error(*b, "deltacheck_example::chunk_gated_delta_rule");  // listed as present
+  expect_error(*torch_op(kExampleLib, "chunk_gated_delta_rule"), "not a qualified operator name");
+  expect_error(*torch_op(kExampleLib, ""), "no --op given");
+}
+
+TEST(TorchOpBackend, SignatureMismatchIsAnErrorWithTheDifference) {
+  expect_error(*torch_op(kExampleLib, "deltacheck_test::too_few_arguments"), "signature mismatch");
+  expect_error(*torch_op(kExampleLib, "deltacheck_test::too_few_arguments"),
+               "it has 5 arguments, expected 9");
+  expect_error(*torch_op(kExampleLib, "deltacheck_test::int_scale"),
+               "argument 8 (scale) is int, expected float scale");
+  expect_error(*torch_op(kExampleLib, "deltacheck_test::one_return"),
+               "it has 1 returns, expected 2");
+  expect_error(*torch_op(kExampleLib, "deltacheck_test::one_return"), kTorchOpGdrSignature);
+}
+
+TEST(TorchOpBackend, MisbehavingOperatorsAreErrors) {
+  expect_error(*torch_op(kExampleLib, "deltacheck_test::throws"),
+               "deliberate failure in the operator");
+  expect_error(*torch_op(kExampleLib, "deltacheck_test::wrong_shape"),
+               "o has shape [1,2,3], expected [1,50,2,64]");
+  expect_error(*torch_op(kExampleLib, "deltacheck_test::wrong_dtype"),
+               "o has dtype Double, expected Float");
+  const CaseResult r = run_one(*torch_op(kExampleLib, "deltacheck_test::no_kernel"));
+  EXPECT_EQ(r.verdict, Verdict::kError) << r.message;
+  EXPECT_EQ(r.message.find('\n'), std::string::npos) << "one line: " << r.message;
+}
+
+TEST(TorchOpBackend, CudaWithoutADeviceIsUnsupported) {
+  if (::torch::cuda::device_count() > 0) GTEST_SKIP() << "this machine has a CUDA device";
+  auto b = torch_op(kExampleLib, "deltacheck_example::chunk_gated_delta_rule", "cuda");
+  const CaseResult r = run_one(*b);
+  EXPECT_EQ(r.verdict, Verdict::kUnsupported);
+  EXPECT_EQ(r.message, "no CUDA device");
+}
+
+}  // namespace
+}  // namespace deltacheck::backends
