@@ -13,22 +13,9 @@
 
 namespace deltacheck::backends {
 
-kernels::cpu::RecurrentDecodeParams decode_params(const ops::gdr::Params& d,
-                                                  const cases::TensorMap& in, cases::TensorMap& out,
-                                                  int64_t tokens) {
-  const kernels::GatedDeltaRuleParams g = ops::gdr::kernel_params(d, in, out);
-  kernels::cpu::RecurrentDecodeParams p;
-  const int64_t total = g.batch * g.seq_len;
-  p.num_seqs = total / tokens;
-  p.tokens_per_seq = tokens;
-  p.num_heads = g.num_heads;
-  p.num_value_heads = g.num_value_heads;
-  p.key_dim = g.key_dim;
-  p.value_dim = g.value_dim;
-  p.dtype = g.dtype;
-  p.q = g.q, p.k = g.k, p.v = g.v, p.g = g.g, p.beta = g.beta, p.o = g.o;
-  p.use_qk_l2norm = g.use_qk_l2norm;
-  return p;
+kernels::RecurrentDecodeParams decode_params(const ops::gdr::Params& d, const cases::TensorMap& in,
+                                             cases::TensorMap& out, int64_t tokens) {
+  return kernels::decode_layout(ops::gdr::kernel_params(d, in, out), tokens);
 }
 
 namespace {
@@ -50,7 +37,7 @@ Status run_cpu_serving_case(const ops::gdr::Params& d, const cases::TensorMap& i
     ck.num_rows = pool.shape()[0];
     return kernels::cpu::chunked_gated_delta_rule(ops::gdr::kernel_params(d, in, out), ck);
   }
-  kernels::cpu::RecurrentDecodeParams p = decode_params(d, in, out, d.T);
+  kernels::RecurrentDecodeParams p = decode_params(d, in, out, d.T);
   p.state = pool.as<float>();
   p.num_state_rows = pool.shape()[0];
   p.state_indices = in.at("state_indices").as<int32_t>();
@@ -83,7 +70,7 @@ Status run_cpu_gdr_case(const cases::Case& c, const cases::TensorMap& in, cases:
     }
     // spec: T draft tokens per sequence (batch[NxT]); pool decode: one token per sequence.
     const int64_t tokens = d.cache == Cache::kSpec ? d.T : 1;
-    kernels::cpu::RecurrentDecodeParams p = decode_params(d, in, out, tokens);
+    kernels::RecurrentDecodeParams p = decode_params(d, in, out, tokens);
     p.state = pool.as<float>();
     p.state_slots = slots.as<int32_t>();
     p.num_state_rows = pool.shape()[0];
@@ -96,7 +83,7 @@ Status run_cpu_gdr_case(const cases::Case& c, const cases::TensorMap& in, cases:
       std::memcpy(state.data(), s0->data(), state.nbytes());
     else
       std::memset(state.data(), 0, state.nbytes());
-    kernels::cpu::RecurrentDecodeParams p = decode_params(d, in, out, 1);
+    kernels::RecurrentDecodeParams p = decode_params(d, in, out, 1);
     p.state = state.as<float>();
     return kernels::cpu::recurrent_decode(p);
   }

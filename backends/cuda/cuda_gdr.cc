@@ -35,20 +35,6 @@ kernels::GatedDeltaRuleParams device_params(const ops::gdr::Params& d, const Dev
   return p;
 }
 
-kc::RecurrentDecodeParams decode_params(const kernels::GatedDeltaRuleParams& g, int64_t tokens) {
-  kc::RecurrentDecodeParams p;
-  p.num_seqs = g.batch * g.seq_len / tokens;
-  p.tokens_per_seq = tokens;
-  p.num_heads = g.num_heads;
-  p.num_value_heads = g.num_value_heads;
-  p.key_dim = g.key_dim;
-  p.value_dim = g.value_dim;
-  p.dtype = g.dtype;
-  p.q = g.q, p.k = g.k, p.v = g.v, p.g = g.g, p.beta = g.beta, p.o = g.o;
-  p.use_qk_l2norm = g.use_qk_l2norm;
-  return p;
-}
-
 // cache=ckpt (docs/serving.md): the chunked kernel block by block and sequence by sequence. Block
 // b of sequence s runs from the state block b - 1 ended with (its pool row; for b = 0 the
 // sequence's initial state) and writes its end state straight into its row block_slots[s, b] of
@@ -120,7 +106,7 @@ Status launch(const ops::gdr::Params& d, const DeviceTensors& in, const DeviceTe
                                 "copy of the state pool");
         !st.ok())
       return st;
-    kc::RecurrentDecodeParams r = decode_params(p, d.T);
+    kc::RecurrentDecodeParams r = kernels::decode_layout(p, d.T);
     r.state = pool.as<float>();
     r.num_state_rows = static_cast<int64_t>(pool.nbytes() / sizeof(float)) / (d.HV * d.K * d.V);
     r.state_indices = in.at("state_indices").as<int32_t>();
@@ -148,7 +134,7 @@ Status launch(const ops::gdr::Params& d, const DeviceTensors& in, const DeviceTe
     // A pool call with one token per sequence is a decode batch: the decode kernel with slots.
     if (d.cache == Cache::kPool && !ops::gdr::one_token_per_sequence(d))
       return kc::chunked_gated_delta_rule(p, stream);
-    kc::RecurrentDecodeParams r = decode_params(p, d.cache == Cache::kSpec ? d.T : 1);
+    kc::RecurrentDecodeParams r = kernels::decode_layout(p, d.cache == Cache::kSpec ? d.T : 1);
     r.state = pool.as<float>();
     r.state_slots = p.state_slots;
     r.num_state_rows = p.num_state_rows;
@@ -164,7 +150,7 @@ Status launch(const ops::gdr::Params& d, const DeviceTensors& in, const DeviceTe
                                                   cudaMemcpyDeviceToDevice, stream)
                                 : cudaMemsetAsync(state.data(), 0, state.nbytes(), stream);
     if (Status st = cuda_status(err, "initialization of the decode state"); !st.ok()) return st;
-    kc::RecurrentDecodeParams r = decode_params(p, 1);
+    kc::RecurrentDecodeParams r = kernels::decode_layout(p, 1);
     r.state = state.as<float>();
     return kc::recurrent_decode(r, stream);
   }
