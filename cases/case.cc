@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cstdio>
 #include <limits>
+#include <utility>
 
 namespace deltacheck::cases {
 namespace {
@@ -50,29 +51,32 @@ std::string excerpt(const std::string& s) {
   return out;
 }
 
+Status id_error(std::string message) { return Status::InvalidArgument(std::move(message)); }
+
 // Case ids travel through shells, file names, HDF5 group names and JSON reports: printable
 // ASCII only.
-void check_printable(const std::string& id) {
+Status check_printable(const std::string& id) {
   for (size_t i = 0; i < id.size(); ++i) {
     const unsigned char ch = static_cast<unsigned char>(id[i]);
     if (ch < 0x20 || ch >= 0x7f) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "0x%02X", ch);
-      throw CaseIdError("case id '" + excerpt(id) + "': byte " + buf + " at position " +
-                        std::to_string(i) + " is not printable ASCII");
+      return id_error("case id '" + excerpt(id) + "': byte " + buf + " at position " +
+                      std::to_string(i) + " is not printable ASCII");
     }
   }
+  return Status::Ok();
 }
 
 // Splits "a=1,b=packed[1,2],c=3" at top-level commas.
-std::vector<std::string> split_top(const std::string& s, const std::string& whole) {
+StatusOr<std::vector<std::string>> split_top(const std::string& s, const std::string& whole) {
   std::vector<std::string> parts;
   int depth = 0;
   std::string cur;
   for (char ch : s) {
     if (ch == '[') ++depth;
     if (ch == ']' && --depth < 0)
-      throw CaseIdError("case id '" + excerpt(whole) + "': unbalanced ']'");
+      return id_error("case id '" + excerpt(whole) + "': unbalanced ']'");
     if (ch == ',' && depth == 0) {
       parts.push_back(trim(cur));
       cur.clear();
@@ -80,12 +84,13 @@ std::vector<std::string> split_top(const std::string& s, const std::string& whol
       cur += ch;
     }
   }
-  if (depth != 0) throw CaseIdError("case id '" + excerpt(whole) + "': unbalanced '['");
+  if (depth != 0) return id_error("case id '" + excerpt(whole) + "': unbalanced '['");
   if (!trim(cur).empty() || !parts.empty()) parts.push_back(trim(cur));
   return parts;
 }
 
-std::string canonical_value(const ParamSpec& spec, const std::string& raw, const std::string& op) {
+StatusOr<std::string> canonical_value(const ParamSpec& spec, const std::string& raw,
+                                      const std::string& op) {
   const std::string where = "parameter '" + spec.key + "' of " + op;
   switch (spec.kind) {
     case ParamSpec::Kind::kInt: {
@@ -94,28 +99,31 @@ std::string canonical_value(const ParamSpec& spec, const std::string& raw, const
         // Digits that int64 cannot hold are a number out of range, not "not an integer".
         const size_t digits = raw.find_first_not_of("0123456789", raw[0] == '-' ? 1 : 0);
         if (digits == std::string::npos && raw.size() > (raw[0] == '-' ? 1u : 0u))
-          throw CaseIdError(where + ": " + excerpt(raw) + " is outside [" +
-                            std::to_string(spec.min) + ", " + std::to_string(spec.max) + "]");
-        throw CaseIdError(where + ": '" + excerpt(raw) + "' is not an integer");
+          return id_error(where + ": " + excerpt(raw) + " is outside [" + std::to_string(spec.min) +
+                          ", " + std::to_string(spec.max) + "]");
+        return id_error(where + ": '" + excerpt(raw) + "' is not an integer");
       }
       if (v < spec.min || v > spec.max)
-        throw CaseIdError(where + ": " + raw + " is outside [" + std::to_string(spec.min) + ", " +
-                          std::to_string(spec.max) + "]");
+        return id_error(where + ": " + raw + " is outside [" + std::to_string(spec.min) + ", " +
+                        std::to_string(spec.max) + "]");
       return std::to_string(v);
     }
     case ParamSpec::Kind::kChoice: {
       if (std::find(spec.choices.begin(), spec.choices.end(), raw) == spec.choices.end()) {
         std::string list;
         for (const auto& c : spec.choices) list += (list.empty() ? "" : "|") + c;
-        throw CaseIdError(where + ": '" + excerpt(raw) + "' is not one of " + list);
+        return id_error(where + ": '" + excerpt(raw) + "' is not one of " + list);
       }
       return raw;
     }
-    case ParamSpec::Kind::kLayout:
-      return Layout::parse(raw).str();
+    case ParamSpec::Kind::kLayout: {
+      StatusOr<Layout> layout = Layout::from_text(raw);
+      if (!layout.ok()) return layout.status();
+      return layout.value().str();
+    }
     case ParamSpec::Kind::kText:
       if (raw.find_first_of("(),=") != std::string::npos)
-        throw CaseIdError(where + ": '" + excerpt(raw) + "' may not contain ( ) , =");
+        return id_error(where + ": '" + excerpt(raw) + "' may not contain ( ) , =");
       return raw;
   }
   return raw;
@@ -123,64 +131,96 @@ std::string canonical_value(const ParamSpec& spec, const std::string& raw, const
 
 }  // namespace
 
-const OpSchema& find_schema(const std::string& op) {
-  for (const OpSchema& s : op_schemas())
-    if (s.op == op) return s;
-  std::string known;
-  for (const OpSchema& s : op_schemas()) known += (known.empty() ? "" : ", ") + s.op;
-  throw CaseIdError("unknown operation '" + excerpt(op) + "' (known: " + known + ")");
+// The edge between errors as values and callers that take exceptions: CaseIdError with the
+// status's message.
+template <typename T>
+T value_or_throw(StatusOr<T> v) {
+  if (!v.ok()) throw CaseIdError(v.status().message());
+  return v.take();
 }
 
-Case::Case(std::string op, const std::vector<std::pair<std::string, std::string>>& params)
-    : op_(std::move(op)) {
-  const OpSchema& schema = find_schema(op_);
+StatusOr<const OpSchema*> lookup_schema(const std::string& op) {
+  for (const OpSchema& s : op_schemas())
+    if (s.op == op) return &s;
+  std::string known;
+  for (const OpSchema& s : op_schemas()) known += (known.empty() ? "" : ", ") + s.op;
+  return id_error("unknown operation '" + excerpt(op) + "' (known: " + known + ")");
+}
+
+const OpSchema& find_schema(const std::string& op) { return *value_or_throw(lookup_schema(op)); }
+
+StatusOr<Case> Case::make(std::string op,
+                          const std::vector<std::pair<std::string, std::string>>& params) {
+  StatusOr<const OpSchema*> found = lookup_schema(op);
+  if (!found.ok()) return found.status();
+  const OpSchema& schema = *found.value();
+  Case c;
+  c.op_ = std::move(op);
   for (const auto& param : params) {
     const std::string& key = param.first;  // a plain reference: lambdas may capture it (clang)
     const bool known = std::any_of(schema.params.begin(), schema.params.end(),
                                    [&](const ParamSpec& p) { return p.key == key; });
-    if (!known) throw CaseIdError("unknown parameter '" + excerpt(key) + "' for " + op_);
+    if (!known) return id_error("unknown parameter '" + excerpt(key) + "' for " + c.op_);
     int seen = 0;
     for (const auto& kv : params) seen += kv.first == key;
-    if (seen > 1) throw CaseIdError("parameter '" + key + "' given twice for " + op_);
+    if (seen > 1) return id_error("parameter '" + key + "' given twice for " + c.op_);
   }
-  id_ = op_ + "(";
+  c.id_ = c.op_ + "(";
   for (const ParamSpec& spec : schema.params) {
     std::string raw = spec.default_value;
     for (const auto& [key, value] : params)
       if (key == spec.key) raw = value;
     if (spec.kind == ParamSpec::Kind::kLayout && spec.key == "layout") {
-      layout_ = std::make_shared<const Layout>(Layout::parse(trim(raw)));
-      params_.emplace_back(spec.key, layout_->str());
+      StatusOr<Layout> layout = Layout::from_text(trim(raw));
+      if (!layout.ok()) return layout.status();
+      c.layout_ = std::make_shared<const Layout>(layout.take());
+      c.params_.emplace_back(spec.key, c.layout_->str());
     } else {
-      params_.emplace_back(spec.key, canonical_value(spec, trim(raw), op_));
+      StatusOr<std::string> value = canonical_value(spec, trim(raw), c.op_);
+      if (!value.ok()) return value.status();
+      c.params_.emplace_back(spec.key, value.take());
     }
-    id_ += (params_.size() > 1 ? "," : "") + spec.key + "=" + params_.back().second;
+    c.id_ += (c.params_.size() > 1 ? "," : "") + spec.key + "=" + c.params_.back().second;
   }
-  id_ += ")";
-  check_printable(id_);
-  if (schema.check) schema.check(*this);
+  c.id_ += ")";
+  if (Status st = check_printable(c.id_); !st.ok()) return st;
+  if (schema.check) {
+    // The ops' cross-parameter rules still throw (ops/*/case.cc): caught here, at their edge.
+    try {
+      schema.check(c);
+    } catch (const CaseIdError& e) {
+      return id_error(e.what());
+    }
+  }
+  return c;
 }
 
-Case Case::parse(const std::string& text) {
+Case::Case(std::string op, const std::vector<std::pair<std::string, std::string>>& params)
+    : Case(value_or_throw(make(std::move(op), params))) {}
+
+StatusOr<Case> Case::from_id(const std::string& text) {
   const std::string id = trim(text);
-  check_printable(id);
+  if (Status st = check_printable(id); !st.ok()) return st;
   const size_t open = id.find('(');
   if (open == std::string::npos || id.back() != ')')
-    throw CaseIdError("case id '" + excerpt(id) + "': expected op(key=value,...)");
+    return id_error("case id '" + excerpt(id) + "': expected op(key=value,...)");
   const std::string op = trim(id.substr(0, open));
   std::vector<std::pair<std::string, std::string>> params;
-  for (const std::string& part : split_top(id.substr(open + 1, id.size() - open - 2), id)) {
+  StatusOr<std::vector<std::string>> parts =
+      split_top(id.substr(open + 1, id.size() - open - 2), id);
+  if (!parts.ok()) return parts.status();
+  for (const std::string& part : parts.value()) {
     const size_t eq = part.find('=');
     if (eq == std::string::npos || eq == 0)
-      throw CaseIdError("case id '" + excerpt(id) + "': '" + excerpt(part) + "' is not key=value");
+      return id_error("case id '" + excerpt(id) + "': '" + excerpt(part) + "' is not key=value");
     params.emplace_back(trim(part.substr(0, eq)), trim(part.substr(eq + 1)));
   }
-  try {
-    return Case(op, params);
-  } catch (const CaseIdError& e) {
-    throw CaseIdError("case id '" + excerpt(id) + "': " + e.what());
-  }
+  StatusOr<Case> c = make(op, params);
+  if (!c.ok()) return id_error("case id '" + excerpt(id) + "': " + c.status().message());
+  return c;
 }
+
+Case Case::parse(const std::string& id) { return value_or_throw(from_id(id)); }
 
 const std::string& Case::get(const std::string& key) const {
   for (const auto& kv : params_)
@@ -217,7 +257,7 @@ Case Case::with(const std::vector<std::pair<std::string, std::string>>& changes)
       if (kv.first == key) kv.second = value, found = true;
     if (!found) p.emplace_back(key, value);
   }
-  return Case(op_, p);
+  return value_or_throw(make(op_, p));
 }
 
 int64_t Layout::row_length() const {
@@ -254,13 +294,13 @@ std::string Layout::str() const {
 
 namespace {
 
-// The kind and the lengths of a layout; throws CaseIdError.
-std::vector<int64_t> parse_layout(const std::string& text, Layout::Kind& kind_out) {
+// The kind and the lengths of a layout.
+StatusOr<std::vector<int64_t>> parse_layout(const std::string& text, Layout::Kind& kind_out) {
   const std::string s = trim(text);
   const size_t open = s.find('[');
   const std::string where = "layout '" + excerpt(s) + "'";
   if (open == std::string::npos || s.back() != ']')
-    throw CaseIdError(where + ": expected single[T], batch[BxT] or packed[l0,l1,...]");
+    return id_error(where + ": expected single[T], batch[BxT] or packed[l0,l1,...]");
   const std::string kind = s.substr(0, open), body = s.substr(open + 1, s.size() - open - 2);
   constexpr int64_t kMaxTokens = int64_t{1} << 31;
   std::vector<int64_t> lengths;
@@ -268,7 +308,7 @@ std::vector<int64_t> parse_layout(const std::string& text, Layout::Kind& kind_ou
   if (kind == "single") {
     kind_out = Layout::Kind::kSingle;
     if (!parse_int(body, v) || v < 0 || v >= kMaxTokens)
-      throw CaseIdError(where + ": length must be an integer in [0, 2^31)");
+      return id_error(where + ": length must be an integer in [0, 2^31)");
     lengths = {v};
   } else if (kind == "batch") {
     kind_out = Layout::Kind::kBatch;
@@ -277,27 +317,29 @@ std::vector<int64_t> parse_layout(const std::string& text, Layout::Kind& kind_ou
     if (x == std::string::npos || !parse_int(body.substr(0, x), b) ||
         !parse_int(body.substr(x + 1), v) || b < 1 || b > 65536 || v < 0 || v >= kMaxTokens ||
         b * v >= kMaxTokens)
-      throw CaseIdError(where + ": expected batch[BxT] with 1 <= B <= 65536, T >= 0, B*T < 2^31");
+      return id_error(where + ": expected batch[BxT] with 1 <= B <= 65536, T >= 0, B*T < 2^31");
     lengths.assign(static_cast<size_t>(b), v);
   } else if (kind == "packed") {
     kind_out = Layout::Kind::kPacked;
     constexpr int64_t kMaxSeqs = 1000000;
     int64_t total = 0;  // a running sum: a list of a million entries stays linear
-    for (const std::string& part : split_top(body, s)) {
+    StatusOr<std::vector<std::string>> parts = split_top(body, s);
+    if (!parts.ok()) return parts.status();
+    for (const std::string& part : parts.value()) {
       const size_t star = part.find('*');
       int64_t reps = 1;
       if (!parse_int(part.substr(0, star), v) || v < 0 ||
           (star != std::string::npos && (!parse_int(part.substr(star + 1), reps) || reps < 1)))
-        throw CaseIdError(where + ": '" + excerpt(part) + "' is not a length or L*N");
+        return id_error(where + ": '" + excerpt(part) + "' is not a length or L*N");
       if (reps > kMaxSeqs || static_cast<int64_t>(lengths.size()) + reps > kMaxSeqs)
-        throw CaseIdError(where + ": more than " + std::to_string(kMaxSeqs) + " sequences");
+        return id_error(where + ": more than " + std::to_string(kMaxSeqs) + " sequences");
       if (v >= kMaxTokens || (total += v * reps) >= kMaxTokens)
-        throw CaseIdError(where + ": more than 2^31 tokens");
+        return id_error(where + ": more than 2^31 tokens");
       lengths.insert(lengths.end(), static_cast<size_t>(reps), v);
     }
-    if (lengths.empty()) throw CaseIdError(where + ": no sequences");
+    if (lengths.empty()) return id_error(where + ": no sequences");
   } else {
-    throw CaseIdError(where + ": unknown layout kind '" + excerpt(kind) + "'");
+    return id_error(where + ": unknown layout kind '" + excerpt(kind) + "'");
   }
   return lengths;
 }
@@ -314,7 +356,7 @@ Layout Layout::with_lengths(std::vector<int64_t> lengths) const {
   return out;
 }
 
-Layout Layout::parse(const std::string& text) {
+StatusOr<Layout> Layout::from_text(const std::string& text) {
   // The last few layouts parsed on this thread: the probes and the runner parse the same case's
   // layout once per sequence, which must not cost O(sequences) each time.
   constexpr size_t kRemembered = 4;
@@ -322,10 +364,14 @@ Layout Layout::parse(const std::string& text) {
   for (const auto& [s, L] : recent)
     if (s == text) return L;
   Layout L;
-  L = L.with_lengths(parse_layout(text, L.kind));
+  StatusOr<std::vector<int64_t>> lengths = parse_layout(text, L.kind);
+  if (!lengths.ok()) return lengths.status();
+  L = L.with_lengths(lengths.take());
   if (recent.size() == kRemembered) recent.erase(recent.begin());
   recent.emplace_back(text, L);
   return L;
 }
+
+Layout Layout::parse(const std::string& text) { return value_or_throw(from_text(text)); }
 
 }  // namespace deltacheck::cases

@@ -13,8 +13,14 @@
 #include <utility>
 #include <vector>
 
+#include "core/status.h"
+
 namespace deltacheck::cases {
 
+// Ids are parsed and validated with errors as values (Case::make, Case::from_id,
+// Layout::from_text, lookup_schema: InvalidArgument naming the problem). The throwing forms
+// (the constructor, parse, find_schema) are for the edges (the tool, tests) and throw
+// CaseIdError with the same message.
 class CaseIdError : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
@@ -44,13 +50,19 @@ struct OpSchema {
 
 // All operations a case id may name.
 const std::vector<OpSchema>& op_schemas();
+StatusOr<const OpSchema*> lookup_schema(const std::string& op);
 const OpSchema& find_schema(const std::string& op);  // throws CaseIdError
 
 class Case {
  public:
   // Builds a case from an op and parameters; missing parameters take defaults, then validated.
+  static StatusOr<Case> make(std::string op,
+                             const std::vector<std::pair<std::string, std::string>>& params);
+  // Parses a case id (any spelling; the case's id() is the canonical one).
+  static StatusOr<Case> from_id(const std::string& id);
+  // The same, throwing CaseIdError naming the problem.
   Case(std::string op, const std::vector<std::pair<std::string, std::string>>& params);
-  static Case parse(const std::string& id);  // throws CaseIdError naming the problem
+  static Case parse(const std::string& id);
 
   const std::string& op() const { return op_; }
   const std::string& id() const { return id_; }
@@ -72,6 +84,7 @@ class Case {
   bool operator==(const Case& o) const { return id_ == o.id_; }
 
  private:
+  Case() = default;
   std::string op_;
   std::vector<std::pair<std::string, std::string>> params_;  // schema order, canonical values
   std::string id_;
@@ -116,7 +129,8 @@ struct Layout {
   bool has_cu_seqlens() const { return kind == Kind::kPacked; }
   // Token offsets of each sequence in the flat order (num_seqs() + 1 entries).
   const std::vector<int64_t>& cu_seqlens() const { return *cu_; }
-  std::string str() const;                    // canonical form
+  std::string str() const;  // canonical form
+  static StatusOr<Layout> from_text(const std::string& s);
   static Layout parse(const std::string& s);  // throws CaseIdError
 
  private:

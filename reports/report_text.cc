@@ -72,19 +72,17 @@ std::string failure_headline(const harness::CaseResult& r) {
 }
 
 std::string readable_case_id(const std::string& id) {
-  try {
-    const cases::Case c = cases::Case::parse(id);
-    const cases::OpSchema& schema = cases::find_schema(c.op());
-    std::string o = c.op() + "(";
-    for (size_t i = 0; i < c.params().size(); ++i) {
-      const auto& [key, value] = c.params()[i];
-      if (key != "layout" && value == schema.params[i].default_value) continue;
-      o += (o.back() == '(' ? "" : ",") + key + "=" + value;
-    }
-    return o + ")";
-  } catch (const cases::CaseIdError&) {
-    return id;
+  const StatusOr<cases::Case> parsed = cases::Case::from_id(id);
+  if (!parsed.ok()) return id;
+  const cases::Case& c = parsed.value();
+  const cases::OpSchema& schema = cases::find_schema(c.op());  // c's op exists
+  std::string o = c.op() + "(";
+  for (size_t i = 0; i < c.params().size(); ++i) {
+    const auto& [key, value] = c.params()[i];
+    if (key != "layout" && value == schema.params[i].default_value) continue;
+    o += (o.back() == '(' ? "" : ",") + key + "=" + value;
   }
+  return o + ")";
 }
 
 std::vector<std::string> reason_lines(const harness::CaseResult& r) {

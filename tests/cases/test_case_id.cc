@@ -56,6 +56,50 @@ TEST(CaseId, MalformedIdsNameTheProblem) {
   EXPECT_NE(message("gdr(cache=none)").find("takes no initial state"), std::string::npos);
 }
 
+// The same refusals as values: Case::from_id, Case::make, Layout::from_text and lookup_schema
+// return InvalidArgument with exactly the message the throwing forms carry, and a value for a
+// good id equal to what they return.
+TEST(CaseId, ErrorsComeBackAsValuesWithTheSameMessages) {
+  for (const std::string id :
+       {"gdr(H=3,HV=4)", "gdr(foo=1)", "nope(H=1)", "gdr(dtype=fp8)", "gdr(K=abc)", "gdr(K=0)",
+        "gdr(K=99999999999999999999999)", "gdr(layout=packed[1,-2])", "gdr(layout=packed[1,2)",
+        "gdr(layout=packed[1,2]])", "gdr(H=1,H=2)", "gdr", "gdr(x)", "gdr(cache=none)",
+        "gdr(seed=\x01)", "gdr(layout=tiled[4])", "gdr(layout=batch[0x4])"}) {
+    SCOPED_TRACE(id);
+    const StatusOr<Case> v = Case::from_id(id);
+    ASSERT_FALSE(v.ok());
+    EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
+    try {
+      Case::parse(id);
+      ADD_FAILURE() << "parse() accepted what from_id() refused";
+    } catch (const CaseIdError& e) {
+      EXPECT_EQ(v.status().message(), e.what());
+    }
+  }
+  const StatusOr<Case> good = Case::from_id("gdr(seed=7, layout=packed[3,3,3])");
+  ASSERT_TRUE(good.ok()) << good.status().message();
+  EXPECT_EQ(good.value(), Case::parse("gdr(layout=packed[3*3],seed=7)"));
+  EXPECT_EQ(good.value().layout().str(), "packed[3*3]");
+
+  const StatusOr<Case> made = Case::make("gdr", {{"HV", "4"}, {"H", "3"}});
+  ASSERT_FALSE(made.ok());
+  EXPECT_NE(made.status().message().find("HV % H"), std::string::npos);
+  ASSERT_TRUE(Case::make("gdr", {{"HV", "4"}}).ok());
+
+  const StatusOr<Layout> bad = Layout::from_text("packed[]");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "layout 'packed[]': no sequences");
+  ASSERT_TRUE(Layout::from_text("packed[5,0]").ok());
+  EXPECT_EQ(Layout::from_text("batch[2x3]").value().total_tokens(), 6);
+
+  const StatusOr<const OpSchema*> schema = lookup_schema("gdr_nope");
+  ASSERT_FALSE(schema.ok());
+  EXPECT_NE(schema.status().message().find("unknown operation 'gdr_nope' (known: "),
+            std::string::npos);
+  ASSERT_TRUE(lookup_schema("mask").ok());
+  EXPECT_EQ(lookup_schema("mask").value()->op, "mask");
+}
+
 TEST(Generate, SameSeedSameBitsAndSequencesIndependentOfNeighbours) {
   const Case a = Case::parse("gdr(layout=packed[5,7],dtype=bf16,seed=3)");
   const TensorMap x = generate_inputs(a), y = generate_inputs(a);
