@@ -38,23 +38,6 @@ inline Status output(cases::TensorMap& out, const std::string& name, cases::Tens
 }
 
 template <typename Api>
-kernels::MaskParams params(const MaskProblem& p) {
-  kernels::MaskParams b;
-  b.batch = p.batch;
-  b.q_len = p.q_len;
-  b.kv_length = p.kv_length;
-  b.q_offset = p.q_offset;
-  b.causal = p.causal;
-  b.sliding_window = p.sliding_window;
-  b.chunk_size = p.chunk_size;
-  b.padding_mask = p.padding_mask;
-  b.position_ids = p.position_ids;
-  b.position_id_rows = p.position_id_rows;
-  b.static_cache = p.static_cache;
-  return b;
-}
-
-template <typename Api>
 kernels::AdditiveFill fill(const MaskProblem& p) {
   using Fill = kernels::AdditiveFill;
   if (p.format == "additive-inf") return Fill::kNegativeInfinity;
@@ -65,7 +48,7 @@ kernels::AdditiveFill fill(const MaskProblem& p) {
 
 template <typename Api>
 Status run_mask(const MaskProblem& p, cases::TensorMap& out) {
-  const kernels::MaskParams b = params<Api>(p);
+  const kernels::MaskParams b = ops::mask::mask_params(p);
   cases::Tensor *mask = nullptr, *needed = nullptr, *rows = nullptr;
   for (Status s : {output(out, "mask", &mask), output(out, "needed", &needed),
                    output(out, "fully_masked", &rows)})
@@ -95,7 +78,7 @@ template <typename Api>
 Status run_layers(const MaskProblem& p, cases::TensorMap& out) {
   using Kind = kernels::LayerMaskKind;
   kernels::LayerMasks lm;
-  if (Status s = Api::layer_masks(p.layer_types, params<Api>(p), &lm); !s.ok()) return s;
+  if (Status s = Api::layer_masks(p.layer_types, ops::mask::mask_params(p), &lm); !s.ok()) return s;
   if (lm.masks.size() != p.distinct_types.size() || lm.layer_to_mask.size() != p.layer_types.size())
     return Status::Internal(fmt::format(
         "malformed layer masks: {} masks for {} distinct layer types, {} mapping entries for {} "

@@ -31,16 +31,9 @@ namespace kc = kernels::cuda;
 // Queues the boolean mask into its output mirror.
 Status launch_mask(const MaskProblem& p, const DeviceTensors& out, DeviceBuffer& padding,
                    DeviceBuffer& positions, cudaStream_t stream) {
-  kernels::MaskParams m;
-  m.batch = p.batch;
-  m.q_len = p.q_len;
-  m.kv_length = p.kv_length;
-  m.q_offset = p.q_offset;
-  m.causal = p.causal;
-  m.sliding_window = p.sliding_window;
-  m.chunk_size = p.chunk_size;
-  m.position_id_rows = p.position_id_rows;
-  m.static_cache = p.static_cache;
+  kernels::MaskParams m = ops::mask::mask_params(p);
+  m.padding_mask = nullptr;  // the host buffers; their device copies below
+  m.position_ids = nullptr;
   if (p.padding_mask) {
     if (Status st = padding.upload(p.padding_mask, static_cast<size_t>(p.batch * p.kv_length),
                                    stream, "padding_mask");
@@ -61,8 +54,7 @@ Status launch_mask(const MaskProblem& p, const DeviceTensors& out, DeviceBuffer&
 // The host-side outputs of a mask case, from the downloaded mask.
 Status finish_mask(const MaskProblem& p, cases::TensorMap& out) {
   bool needed = true;
-  if (Status st = kernels::cpu::mask_needed(mask_adapter_detail::params<CpuMaskApi>(p), &needed);
-      !st.ok())
+  if (Status st = kernels::cpu::mask_needed(ops::mask::mask_params(p), &needed); !st.ok())
     return st;
   out.at("needed").as<uint8_t>()[0] = needed ? 1 : 0;
   const uint8_t* mask = out.at("mask").as<uint8_t>();

@@ -150,4 +150,20 @@ reference::AdditiveFill reference_fill(const MaskProblem& p) {
   return reference::AdditiveFill::kFloat32Lowest;
 }
 
+kernels::MaskParams mask_params(const MaskProblem& p) {
+  kernels::MaskParams b;
+  b.batch = p.batch;
+  b.q_len = p.q_len;
+  b.kv_length = p.kv_length;
+  b.q_offset = p.q_offset;
+  b.causal = p.causal;
+  b.sliding_window = p.sliding_window;
+  b.chunk_size = p.chunk_size;
+  b.padding_mask = p.padding_mask;
+  b.position_ids = p.position_ids;
+  b.position_id_rows = p.position_id_rows;
+  b.static_cache = p.static_cache;
+  return b;
+}
+
 }  // namespace deltacheck::ops::mask

@@ -22,6 +22,7 @@
 
 #include "cases/case.h"
 #include "cases/tensor.h"
+#include "kernels/common/mask_params.h"
 #include "ops/operation.h"
 #include "reference/mask.h"
 
@@ -59,6 +60,10 @@ struct MaskProblem {
 MaskProblem mask_problem(const cases::Case& c, const cases::TensorMap& inputs);
 
 std::vector<OutputSpec> mask_outputs(const cases::Case& c);
+
+// A mask or layers problem as every mask builder takes it (kernels/common/mask_params.h), its
+// pointers the problem's host buffers (a device builder replaces them with its copies).
+kernels::MaskParams mask_params(const MaskProblem& p);
 
 // The reference's view of a mask or layers case (the layer types' own rules are applied by
 // reference::layer_masks).
