@@ -264,17 +264,17 @@ at::Tensor leaf(const TensorMap& in, const char* name, const c10::Device& device
   return to_aten(in.at(name), device).clone().requires_grad_();
 }
 
-// The gradients of the recorded forward outputs, each with its upstream gradient, w.r.t. the
-// named leaves, written to the outputs of the same names. An output autograd did not record (a
-// pack of zero-length sequences records no o) contributes nothing; a leaf it never reached gets
-// zeros.
 struct Recorded {
-  at::Tensor output, upstream;
+  at::Tensor output, upstream;  // a forward output and its upstream gradient (do, dht, ...)
 };
 struct Leaf {
   std::string gradient;  // output name, e.g. "dq"
   at::Tensor value;
 };
+
+// The gradients of the recorded forward outputs w.r.t. the leaves, each written to its output. An
+// output autograd did not record (a pack of zero-length sequences records no o) contributes
+// nothing; a leaf it never reached gets zeros.
 Status write_gradients(const std::vector<Recorded>& recorded, const std::vector<Leaf>& leaves,
                        TensorMap& out) {
   std::vector<at::Tensor> outputs, grad_outputs, inputs;
