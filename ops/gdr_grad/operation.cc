@@ -19,27 +19,6 @@ using cases::DType;
 using cases::Tensor;
 using cases::TensorMap;
 
-// The backward of the case's inputs, FP64 (`how` empty) or in a baseline's arithmetic.
-Values backward(const cases::Case& c, const TensorMap& in, const reference::Arithmetic* how) {
-  const Params p = decode(c);
-  std::vector<std::vector<double>> buffers;
-  const reference::GatedDeltaRuleArgs a = gdr::reference_args(p.rule, in, buffers);
-  const std::vector<double> dout = in.at("do").to_double();
-  std::vector<double> dht;
-  if (const Tensor* t = in.find("dht")) dht = t->to_double();
-  const double* dfs = dht.empty() ? nullptr : dht.data();
-  reference::GatedDeltaRuleGradients r =
-      how ? reference::gated_delta_rule_backward(a, dout.data(), dfs, *how)
-          : reference::gated_delta_rule_backward(a, dout.data(), dfs);
-  Values v{{"dq", std::move(r.dq)},
-           {"dk", std::move(r.dk)},
-           {"dv", std::move(r.dv)},
-           {"dg", std::move(r.dg)},
-           {"dbeta", std::move(r.dbeta)}};
-  if (p.dh0()) v["dh0"] = std::move(r.dh0);
-  return v;
-}
-
 // Elements per token of a token-major output.
 int64_t per_token(const gdr::Params& d, const std::string& output) {
   if (output == "dq" || output == "dk") return d.H * d.K;
@@ -88,7 +67,23 @@ class GdrGradOperation : public grad::BackwardOperation {
   }
   Values backward(const cases::Case& c, const TensorMap& in,
                   const reference::Arithmetic* how) const override {
-    return gdr_grad::backward(c, in, how);
+    const Params p = decode(c);
+    std::vector<std::vector<double>> buffers;
+    const reference::GatedDeltaRuleArgs a = gdr::reference_args(p.rule, in, buffers);
+    const std::vector<double> dout = in.at("do").to_double();
+    std::vector<double> dht;
+    if (const Tensor* t = in.find("dht")) dht = t->to_double();
+    const double* dfs = dht.empty() ? nullptr : dht.data();
+    reference::GatedDeltaRuleGradients r =
+        how ? reference::gated_delta_rule_backward(a, dout.data(), dfs, *how)
+            : reference::gated_delta_rule_backward(a, dout.data(), dfs);
+    Values v{{"dq", std::move(r.dq)},
+             {"dk", std::move(r.dk)},
+             {"dv", std::move(r.dv)},
+             {"dg", std::move(r.dg)},
+             {"dbeta", std::move(r.dbeta)}};
+    if (p.dh0()) v["dh0"] = std::move(r.dh0);
+    return v;
   }
 };
 

@@ -95,40 +95,6 @@ LinearAttentionLayerGradients backward_in_precision(
   return r;
 }
 
-// The backward of the case's inputs, FP64 (`how` empty) or in a baseline's arithmetic.
-Values backward(const cases::Case& c, const TensorMap& in, const reference::Arithmetic* how) {
-  const Params p = decode(c);
-  std::vector<std::vector<double>> buffers;
-  const reference::LinearAttentionLayerArgs a = layer::reference_args(p.layer, in, buffers);
-  auto upstream = [&](const char* name) -> const double* {
-    const Tensor* t = in.find(name);
-    if (!t) return nullptr;
-    buffers.push_back(t->to_double());
-    if (buffers.back().empty()) buffers.back().push_back(0.0);  // no tokens: read nowhere
-    return buffers.back().data();
-  };
-  reference::LinearAttentionLayerUpstream up;
-  up.d_output = upstream("do");
-  up.d_final_state = upstream("dht");
-  up.d_final_conv_state = upstream("dconv");
-  LinearAttentionLayerGradients r = how ? backward_in_precision(a, up, p.layer.dtype, *how)
-                                        : reference::linear_attention_layer_backward(a, up);
-  Values v{{"dqkv", std::move(r.dqkv)},
-           {"dz", std::move(r.dz)},
-           {"da", std::move(r.da)},
-           {"db", std::move(r.db)},
-           {"dconv_weight", std::move(r.dconv_weight)},
-           {"dA_log", std::move(r.dA_log)},
-           {"ddt_bias", std::move(r.ddt_bias)},
-           {"dnorm_weight", std::move(r.dnorm_weight)}};
-  if (p.layer.bias) v["dconv_bias"] = std::move(r.dconv_bias);
-  if (p.states()) {
-    v["dinitial_state"] = std::move(r.dinitial_state);
-    v["dinitial_conv_state"] = std::move(r.dinitial_conv_state);
-  }
-  return v;
-}
-
 bool token_major(const std::string& t) {
   return t == "qkv" || t == "z" || t == "a" || t == "b" || t == "do" || t == "dqkv" || t == "dz" ||
          t == "da" || t == "db";
@@ -207,7 +173,36 @@ class LayerGradOperation : public grad::BackwardOperation {
   }
   Values backward(const cases::Case& c, const TensorMap& in,
                   const reference::Arithmetic* how) const override {
-    return layer_grad::backward(c, in, how);
+    const Params p = decode(c);
+    std::vector<std::vector<double>> buffers;
+    const reference::LinearAttentionLayerArgs a = layer::reference_args(p.layer, in, buffers);
+    auto upstream = [&](const char* name) -> const double* {
+      const Tensor* t = in.find(name);
+      if (!t) return nullptr;
+      buffers.push_back(t->to_double());
+      if (buffers.back().empty()) buffers.back().push_back(0.0);  // no tokens: read nowhere
+      return buffers.back().data();
+    };
+    reference::LinearAttentionLayerUpstream up;
+    up.d_output = upstream("do");
+    up.d_final_state = upstream("dht");
+    up.d_final_conv_state = upstream("dconv");
+    LinearAttentionLayerGradients r = how ? backward_in_precision(a, up, p.layer.dtype, *how)
+                                          : reference::linear_attention_layer_backward(a, up);
+    Values v{{"dqkv", std::move(r.dqkv)},
+             {"dz", std::move(r.dz)},
+             {"da", std::move(r.da)},
+             {"db", std::move(r.db)},
+             {"dconv_weight", std::move(r.dconv_weight)},
+             {"dA_log", std::move(r.dA_log)},
+             {"ddt_bias", std::move(r.ddt_bias)},
+             {"dnorm_weight", std::move(r.dnorm_weight)}};
+    if (p.layer.bias) v["dconv_bias"] = std::move(r.dconv_bias);
+    if (p.states()) {
+      v["dinitial_state"] = std::move(r.dinitial_state);
+      v["dinitial_conv_state"] = std::move(r.dinitial_conv_state);
+    }
+    return v;
   }
 };
 
