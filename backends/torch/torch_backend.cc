@@ -20,6 +20,7 @@
 #include "ops/gdr/serving.h"
 #include "ops/gdr_grad/params.h"
 #include "ops/layer/params.h"
+#include "ops/layer_grad/params.h"
 
 namespace deltacheck::backends {
 namespace {
@@ -258,40 +259,63 @@ Status gdr_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::De
 
 // ---- gdr_grad: LibTorch autograd of the chunked forward --------------------------------------
 
+// A copy of a case input on the device that requires gradients: a leaf of the recorded forward.
+at::Tensor leaf(const TensorMap& in, const char* name, const c10::Device& device) {
+  return to_aten(in.at(name), device).clone().requires_grad_();
+}
+
+struct Recorded {
+  at::Tensor output, upstream;  // a forward output and its upstream gradient (do, dht, ...)
+};
+struct Leaf {
+  std::string gradient;  // output name, e.g. "dq"
+  at::Tensor value;
+};
+
+// The gradients of the recorded forward outputs w.r.t. the leaves, each written to its output. An
+// output autograd did not record (a pack of zero-length sequences records no o) contributes
+// nothing; a leaf it never reached gets zeros.
+Status write_gradients(const std::vector<Recorded>& recorded, const std::vector<Leaf>& leaves,
+                       TensorMap& out) {
+  std::vector<at::Tensor> outputs, grad_outputs, inputs;
+  for (const Recorded& r : recorded)
+    if (r.output.requires_grad()) outputs.push_back(r.output), grad_outputs.push_back(r.upstream);
+  for (const Leaf& l : leaves) inputs.push_back(l.value);
+  std::vector<at::Tensor> grads(inputs.size());
+  if (!outputs.empty())
+    grads = ::torch::autograd::grad(outputs, inputs, grad_outputs, /*retain_graph=*/false,
+                                    /*create_graph=*/false, /*allow_unused=*/true);
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const at::Tensor gi = grads[i].defined() ? grads[i] : at::zeros_like(inputs[i]);
+    if (Status st = copy_output(gi, out.at(leaves[i].gradient), leaves[i].gradient); !st.ok())
+      return st;
+  }
+  return Status::Ok();
+}
+
 // The forward is recorded when its inputs require gradients; torch::autograd::grad with do (and
 // dht) gives the gradients. Padding-tail tokens are cut off before the forward (the ATen forward
 // needs cu_seqlens[-1] == T), so autograd hands them zero gradients.
 Status gdr_grad_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::Device& device) {
   const ops::gdr_grad::Params p = ops::gdr_grad::decode(c);
-  auto leaf = [&](const char* name) {
-    return to_aten(in.at(name), device).clone().requires_grad_();
-  };
-  std::vector<at::Tensor> leaves{leaf("q"), leaf("k"), leaf("v"), leaf("g"), leaf("beta")};
+  std::vector<Leaf> leaves{{"dq", leaf(in, "q", device)},
+                           {"dk", leaf(in, "k", device)},
+                           {"dv", leaf(in, "v", device)},
+                           {"dg", leaf(in, "g", device)},
+                           {"dbeta", leaf(in, "beta", device)}};
   std::optional<at::Tensor> h0;
-  if (in.find("initial_state")) leaves.push_back(*(h0 = leaf("initial_state")));
+  if (in.find("initial_state"))
+    leaves.push_back({"dh0", *(h0 = leaf(in, "initial_state", device))});
   const int64_t tokens = p.rule.layout.has_cu_seqlens() ? p.tokens() : p.rule.T;
   auto sequences = [&](const at::Tensor& x) { return x.narrow(1, 0, tokens); };
   const auto r = kernels::torch::chunked_gated_delta_rule(
-      sequences(leaves[0]), sequences(leaves[1]), sequences(leaves[2]), sequences(leaves[3]),
-      sequences(leaves[4]), optional_input(in, "cu_seqlens", device), h0, /*scale=*/0.0, p.rule.l2,
+      sequences(leaves[0].value), sequences(leaves[1].value), sequences(leaves[2].value),
+      sequences(leaves[3].value), sequences(leaves[4].value),
+      optional_input(in, "cu_seqlens", device), h0, /*scale=*/0.0, p.rule.l2,
       /*chunk_size=*/64, /*output_final_state=*/p.dht);
-  // Outputs autograd recorded (a pack of zero-length sequences records no o).
-  std::vector<at::Tensor> outputs, grad_outputs;
-  auto differentiate = [&](const at::Tensor& o, const at::Tensor& d) {
-    if (o.requires_grad()) outputs.push_back(o), grad_outputs.push_back(d);
-  };
-  differentiate(r.output, sequences(to_aten(in.at("do"), device)));
-  if (p.dht) differentiate(r.final_state, to_aten(in.at("dht"), device));
-  std::vector<at::Tensor> grads(leaves.size());
-  if (!outputs.empty())
-    grads = ::torch::autograd::grad(outputs, leaves, grad_outputs, /*retain_graph=*/false,
-                                    /*create_graph=*/false, /*allow_unused=*/true);
-  const char* names[] = {"dq", "dk", "dv", "dg", "dbeta", "dh0"};
-  for (size_t i = 0; i < leaves.size(); ++i) {
-    const at::Tensor gi = grads[i].defined() ? grads[i] : at::zeros_like(leaves[i]);
-    if (Status st = copy_output(gi, out.at(names[i]), names[i]); !st.ok()) return st;
-  }
-  return Status::Ok();
+  std::vector<Recorded> recorded{{r.output, sequences(to_aten(in.at("do"), device))}};
+  if (p.dht) recorded.push_back({r.final_state, to_aten(in.at("dht"), device)});
+  return write_gradients(recorded, leaves, out);
 }
 
 // ---- mask, layers, segments: the LibTorch mask builder (torch_mask_adapter.h) ----------------
@@ -310,25 +334,34 @@ Status mask_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::D
 
 Support layer_supports(const Case&) { return Support::Yes(); }  // every cache mode
 
-// Tokens are [1, T, ...] in the case and [T, ...] for the kernel; decode calls (one token per
-// sequence) take the decode step: causal_conv1d_update and the recurrence.
-Status layer_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::Device& device) {
-  auto tokens = [&](const char* name) { return to_aten(in.at(name), device).squeeze(0); };
-  const ops::layer::Params d = ops::layer::decode(c);
+// The layer's weights from the case's tensors, each made by `tensor(name)` (a copy on the device,
+// or an autograd leaf).
+template <typename MakeTensor>
+kernels::torch::LinearAttentionWeights layer_weights(const ops::layer::Params& d,
+                                                     const TensorMap& in, MakeTensor tensor) {
   kernels::torch::LinearAttentionWeights w;
   w.num_heads = d.H;
   w.num_value_heads = d.HV;
   w.key_dim = d.K;
   w.value_dim = d.V;
-  w.conv_weight = to_aten(in.at("conv_weight"), device);
-  if (const auto bias = optional_input(in, "conv_bias", device)) w.conv_bias = *bias;
-  w.A_log = to_aten(in.at("A_log"), device);
-  w.dt_bias = to_aten(in.at("dt_bias"), device);
-  w.norm_weight = to_aten(in.at("norm_weight"), device);
+  w.conv_weight = tensor("conv_weight");
+  if (in.find("conv_bias")) w.conv_bias = tensor("conv_bias");
+  w.A_log = tensor("A_log");
+  w.dt_bias = tensor("dt_bias");
+  w.norm_weight = tensor("norm_weight");
+  return w;
+}
+
+// Tokens are [1, T, ...] in the case and [T, ...] for the kernel; decode calls (one token per
+// sequence) take the decode step: causal_conv1d_update and the recurrence.
+Status layer_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::Device& device) {
+  auto tensor = [&](const char* name) { return to_aten(in.at(name), device); };
+  auto tokens = [&](const char* name) { return tensor(name).squeeze(0); };
+  const ops::layer::Params d = ops::layer::decode(c);
   const auto form = d.cache == ops::layer::Cache::kDecode ? kernels::torch::GdrForm::kDecode
                                                           : kernels::torch::GdrForm::kChunked;
   const auto r = kernels::torch::linear_attention_layer(
-      tokens("qkv"), tokens("z"), tokens("a"), tokens("b"), w,
+      tokens("qkv"), tokens("z"), tokens("a"), tokens("b"), layer_weights(d, in, tensor),
       optional_input(in, "cu_seqlens", device), optional_input(in, "initial_state", device),
       optional_input(in, "initial_conv_state", device), form);
   if (Status st = copy_output(r.output.unsqueeze(0), out.at("o"), "o"); !st.ok()) return st;
@@ -339,13 +372,51 @@ Status layer_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::
   return Status::Ok();
 }
 
+// ---- layer_grad: LibTorch autograd of the layer's chunked prefill ------------------------------
+
+// As gdr_grad: every input and weight a leaf, the layer forward recorded on the sequences' tokens
+// (the padding tail cut off), torch::autograd::grad with do, dht and dconv.
+Status layer_grad_run(const Case& c, const TensorMap& in, TensorMap& out,
+                      const c10::Device& device) {
+  const ops::layer_grad::Params p = ops::layer_grad::decode(c);
+  // Every gradient output is named after its input: qkv -> dqkv, A_log -> dA_log, ...
+  std::vector<Leaf> leaves;
+  auto grad_leaf = [&](const char* name) {
+    leaves.push_back({"d" + std::string(name), leaf(in, name, device)});
+    return leaves.back().value;
+  };
+  const at::Tensor qkv = grad_leaf("qkv"), z = grad_leaf("z"), a = grad_leaf("a"),
+                   b = grad_leaf("b");
+  const kernels::torch::LinearAttentionWeights w = layer_weights(p.layer, in, grad_leaf);
+  std::optional<at::Tensor> h0, conv_h0;
+  if (in.find("initial_state")) h0 = grad_leaf("initial_state");
+  if (in.find("initial_conv_state")) {
+    conv_h0 = grad_leaf("initial_conv_state");
+  } else if (p.dconv) {
+    // A zero left context in fp32 (the same values as none) keeps the final conv state in fp32,
+    // so dconv reaches it unrounded.
+    const ops::layer::Params& d = p.layer;
+    conv_h0 = at::zeros({d.N, d.D, d.W - 1}, at::TensorOptions().dtype(at::kFloat).device(device));
+  }
+  const int64_t tokens = p.layer.layout.has_cu_seqlens() ? p.tokens() : p.layer.T;
+  auto sequences = [&](const at::Tensor& x) { return x.squeeze(0).narrow(0, 0, tokens); };
+  const auto r = kernels::torch::linear_attention_layer(
+      sequences(qkv), sequences(z), sequences(a), sequences(b), w,
+      optional_input(in, "cu_seqlens", device), h0, conv_h0, kernels::torch::GdrForm::kChunked);
+  std::vector<Recorded> recorded{{r.output, sequences(to_aten(in.at("do"), device))}};
+  if (p.dht) recorded.push_back({r.final_state, to_aten(in.at("dht"), device)});
+  if (p.dconv) recorded.push_back({r.final_conv_state, to_aten(in.at("dconv"), device)});
+  return write_gradients(recorded, leaves, out);
+}
+
 constexpr TorchOp kTorchOps[] = {
-    {"gdr", gdr_supports, gdr_run},            // kernels/torch/gated_delta_rule
-    {"gdr_grad", gdr_supports, gdr_grad_run},  // autograd of kernels/torch/gated_delta_rule
-    {"layer", layer_supports, layer_run},      // kernels/torch/linear_attention_layer
-    {"mask", mask_supports, mask_run},         // kernels/torch/mask_builder
-    {"layers", mask_supports, mask_run},       // per layer type
-    {"segments", mask_supports, mask_run},     // sequence boundaries
+    {"gdr", gdr_supports, gdr_run},                  // kernels/torch/gated_delta_rule
+    {"gdr_grad", gdr_supports, gdr_grad_run},        // autograd of kernels/torch/gated_delta_rule
+    {"layer", layer_supports, layer_run},            // kernels/torch/linear_attention_layer
+    {"layer_grad", layer_supports, layer_grad_run},  // autograd of the layer's chunked prefill
+    {"mask", mask_supports, mask_run},               // kernels/torch/mask_builder
+    {"layers", mask_supports, mask_run},             // per layer type
+    {"segments", mask_supports, mask_run},           // sequence boundaries
 };
 
 const TorchOp* find_op(const std::string& op) {
@@ -376,7 +447,8 @@ class TorchBackend : public Backend {
   // The ATen layer's result for a sequence changes in its last bits with what else is packed
   // with it (batched reductions), so its probes compare within tolerance.
   bool batch_invariant(const Case& c) const override {
-    return c.op() != "layer" && c.op() != "gdr_grad";  // autograd: not promised
+    // autograd: not promised
+    return c.op() != "layer" && c.op() != "gdr_grad" && c.op() != "layer_grad";
   }
 
   Status run(const Case& c, const TensorMap& in, TensorMap& out) override {

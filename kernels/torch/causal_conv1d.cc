@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,9 @@ TorchConvResult causal_conv1d(const at::Tensor& x, const at::Tensor& weight,
                               const std::optional<at::Tensor>& cu_seqlens,
                               const std::optional<at::Tensor>& initial_state, bool apply_silu) {
   constexpr const char* kWho = "causal_conv1d";
-  at::NoGradGuard no_grad;
+  std::optional<at::NoGradGuard> no_grad;
+  if (!records_gradients({x, weight, value_or_undefined(bias), value_or_undefined(initial_state)}))
+    no_grad.emplace();
   if (!x.defined() || x.dim() != 2) fail(kWho, "x must be [T, D]");
   if (!weight.defined() || weight.dim() != 2 || weight.size(0) != x.size(1) || weight.size(1) < 1) {
     fail(kWho, "weight has shape " + shape_string(weight) +
@@ -92,7 +95,9 @@ TorchConvResult causal_conv1d_update(const at::Tensor& x, const at::Tensor& weig
                                      const std::optional<at::Tensor>& bias,
                                      const std::optional<at::Tensor>& conv_state, bool apply_silu) {
   constexpr const char* kWho = "causal_conv1d_update";
-  at::NoGradGuard no_grad;
+  std::optional<at::NoGradGuard> no_grad;
+  if (!records_gradients({x, weight, value_or_undefined(bias), value_or_undefined(conv_state)}))
+    no_grad.emplace();
   if (!x.defined() || x.dim() != 2 || !at::isFloatingType(x.scalar_type()))
     fail(kWho, "x must be a floating-point [N, D] tensor");
   const int64_t N = x.size(0), D = x.size(1);

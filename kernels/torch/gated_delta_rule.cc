@@ -253,10 +253,7 @@ TorchGdrResult chunked_gated_delta_rule(const at::Tensor& q, const at::Tensor& k
   if (chunk_size <= 0) fail(kWho, "chunk_size must be positive");
   // Recorded for autograd only when an input asks for gradients (the LibTorch backward, issue
   // #21): the state scan then builds new states instead of writing them in place.
-  const bool record =
-      at::GradMode::is_enabled() &&
-      (q.requires_grad() || k.requires_grad() || v.requires_grad() || g.requires_grad() ||
-       beta.requires_grad() || (initial_state && initial_state->requires_grad()));
+  const bool record = records_gradients({q, k, v, g, beta, value_or_undefined(initial_state)});
   std::optional<at::NoGradGuard> no_grad;
   if (!record) no_grad.emplace();
   Problem p = prepare(kWho, q, k, v, g, beta, cu_seqlens, initial_state, scale, use_qk_l2norm);

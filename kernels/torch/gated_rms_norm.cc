@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
+
 #include "kernels/torch/varlen.h"
 
 namespace deltacheck::kernels::torch {
@@ -10,7 +12,8 @@ namespace deltacheck::kernels::torch {
 at::Tensor gated_rms_norm(const at::Tensor& x, const at::Tensor& z, const at::Tensor& weight,
                           double eps) {
   constexpr const char* kWho = "gated_rms_norm";
-  at::NoGradGuard no_grad;
+  std::optional<at::NoGradGuard> no_grad;
+  if (!records_gradients({x, z, weight})) no_grad.emplace();
   if (!x.defined() || !z.defined() || x.dim() < 1 || x.sizes() != z.sizes()) {
     fail(kWho, "x and z must have the same shape [..., V]");
   }

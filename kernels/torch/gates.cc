@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
+
 #include "kernels/torch/varlen.h"
 
 namespace deltacheck::kernels::torch {
@@ -10,7 +12,8 @@ namespace deltacheck::kernels::torch {
 TorchGates gdn_gates(const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log,
                      const at::Tensor& dt_bias) {
   constexpr const char* kWho = "gdn_gates";
-  at::NoGradGuard no_grad;
+  std::optional<at::NoGradGuard> no_grad;
+  if (!records_gradients({a, b, A_log, dt_bias})) no_grad.emplace();
   if (!a.defined() || !b.defined() || a.dim() < 1 || a.sizes() != b.sizes()) {
     fail(kWho, "a and b must have the same shape [..., HV]");
   }

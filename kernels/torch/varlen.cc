@@ -21,6 +21,13 @@ void fail(const char* who, const std::string& what) {
   throw std::invalid_argument(std::string(who) + ": " + what);
 }
 
+bool records_gradients(std::initializer_list<at::Tensor> inputs) {
+  if (!at::GradMode::is_enabled()) return false;
+  for (const at::Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
 std::vector<int64_t> sequence_bounds(const std::optional<at::Tensor>& cu_seqlens, int64_t batch,
                                      int64_t total, const char* who) {
   at::Tensor cu = value_or_undefined(cu_seqlens);

@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +33,13 @@ struct PoolEntries {
 };
 PoolEntries pool_entries(const at::Tensor& state_slots, int64_t num_entries, int64_t num_rows,
                          const char* who);
+
+// Whether autograd should record a kernel: grad mode is on and one of its (defined) inputs requires
+// gradients. A kernel that is not recorded runs under at::NoGradGuard (no graph, no saved
+// tensors); one that is must build its results without in-place writes or raw-pointer copies, so
+// that torch::autograd::grad reaches every input (the LibTorch backward, issue #21). Recording
+// changes no value: the forward's bits are the same either way.
+bool records_gradients(std::initializer_list<at::Tensor> inputs);
 
 // The optional tensor if it is present and defined, else an undefined tensor.
 inline at::Tensor value_or_undefined(const std::optional<at::Tensor>& t) {

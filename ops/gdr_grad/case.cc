@@ -3,38 +3,24 @@
 #include <string>
 
 #include "cases/det_math.h"
-#include "ops/decode.h"
 #include "ops/gdr_grad/params.h"
-#include "ops/repack.h"
+#include "ops/grad_common.h"
 #include "ops/schema.h"
 
 namespace deltacheck::ops::gdr_grad {
 namespace {
 
-// The gdr parameters that are not the forward problem's: the backward is of one prefill call.
-bool forward_only(const std::string& key) { return key == "cache" || key == "calls"; }
-
-void check_grad(const Case& c) {
-  const Case f = forward_case(c);  // the forward problem's own checks (HV % H, ...)
-  if (c.get_int("tail") > 0 && !f.layout().has_cu_seqlens())
-    throw CaseIdError("tail=" + c.get("tail") +
-                      " needs a packed layout (tokens past cu_seqlens[-1]); got " +
-                      c.get("layout"));
-}
+void check_grad(const Case& c) { grad::check_tail(c, forward_case(c)); }
 
 OpSchema grad_schema() {
-  std::vector<ParamSpec> params;
-  for (const ParamSpec& p : gdr::definition().schema.params)
-    if (!forward_only(p.key) && p.key != "seed") params.push_back(p);
-  params.push_back(choice("dht", "none", {"none", "rand"},
-                          "gradient of the final state: none (zero) | rand (0.5 N(0,1))"));
-  params.push_back(integer("tail", "0", 0, 4096,
-                           "padding tokens after cu_seqlens[-1] (packed layouts): gradients 0"));
-  params.push_back(seed_param());
-  return OpSchema{"gdr_grad",
-                  "gated delta rule backward: dq, dk, dv, dg, dbeta, dh0 (with an initial state) "
-                  "from do and dht; forward inputs as the gdr prefill case's",
-                  std::move(params), check_grad};
+  return OpSchema{
+      "gdr_grad",
+      "gated delta rule backward: dq, dk, dv, dg, dbeta, dh0 (with an initial state) "
+      "from do and dht; forward inputs as the gdr prefill case's",
+      grad::schema_params(gdr::definition().schema,
+                          {choice("dht", "none", {"none", "rand"},
+                                  "gradient of the final state: none (zero) | rand (0.5 N(0,1))")}),
+      check_grad};
 }
 
 TensorMap generate_grad(const Case& c, const GenOptions& o) {
@@ -60,23 +46,11 @@ TensorMap generate_grad(const Case& c, const GenOptions& o) {
     }
   }
   // do: N(0,1) per sequence with the sequence's salt, like v; the tail's unsalted.
-  Tensor& dout = m.add(Tensor("do", d.dtype, {d.B, d.T, d.HV, d.V}));
-  const int64_t row = d.HV * d.V;
-  for (int64_t s = 0; s < d.N; ++s) {
-    const Stream st = sequence_stream(d.seed, o, "do", s);
-    const int64_t base = token_row(d.layout, s, 0);
-    for (int64_t i = 0; i < d.layout.lengths[s] * row; ++i)
-      dout.set(base * row + i, st.normal(static_cast<uint64_t>(i)));
-  }
-  if (p.tail > 0) fill_rows(dout, d.seed, p.tokens(), p.tail, row, normal);
-  if (p.dht) {
-    Tensor& dht = m.add(Tensor("dht", DType::kF32, {d.N, d.HV, d.K, d.V}));
-    const int64_t per = d.HV * d.K * d.V;
-    for (int64_t s = 0; s < d.N; ++s) {
-      const Stream st = sequence_stream(d.seed, o, "dht", s);
-      for (int64_t i = 0; i < per; ++i) dht.set(s * per + i, 0.5 * st.normal(i));
-    }
-  }
+  grad::fill_do(m.add(Tensor("do", d.dtype, {d.B, d.T, d.HV, d.V})), d.layout, d.seed, o,
+                d.HV * d.V, p.tail);
+  if (p.dht)
+    grad::fill_upstream(m.add(Tensor("dht", DType::kF32, {d.N, d.HV, d.K, d.V})), d.N, d.seed, o,
+                        d.HV * d.K * d.V);
   return m;
 }
 
@@ -154,11 +128,7 @@ void grad_suite(SuiteBuilder& b, Tier t) {
 }  // namespace
 
 Case forward_case(const Case& c) {
-  expect_op(c, "gdr_grad");
-  std::vector<std::pair<std::string, std::string>> params;
-  for (const auto& [k, v] : c.params())
-    if (k != "dht" && k != "tail") params.emplace_back(k, v);
-  return Case("gdr", params);
+  return grad::forward_case(c, "gdr_grad", "gdr", {"dht", "tail"});
 }
 
 Params decode(const Case& c) {

@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "ops/gdr_grad/params.h"
-#include "ops/repack.h"
+#include "ops/grad_common.h"
 #include "reference/gated_delta_rule_backward.h"
 
 namespace deltacheck::ops::gdr_grad {
@@ -19,27 +19,6 @@ using cases::DType;
 using cases::Tensor;
 using cases::TensorMap;
 
-// The backward of the case's inputs, FP64 (`how` empty) or in a baseline's arithmetic.
-Values backward(const cases::Case& c, const TensorMap& in, const reference::Arithmetic* how) {
-  const Params p = decode(c);
-  std::vector<std::vector<double>> buffers;
-  const reference::GatedDeltaRuleArgs a = gdr::reference_args(p.rule, in, buffers);
-  const std::vector<double> dout = in.at("do").to_double();
-  std::vector<double> dht;
-  if (const Tensor* t = in.find("dht")) dht = t->to_double();
-  const double* dfs = dht.empty() ? nullptr : dht.data();
-  reference::GatedDeltaRuleGradients r =
-      how ? reference::gated_delta_rule_backward(a, dout.data(), dfs, *how)
-          : reference::gated_delta_rule_backward(a, dout.data(), dfs);
-  Values v{{"dq", std::move(r.dq)},
-           {"dk", std::move(r.dk)},
-           {"dv", std::move(r.dv)},
-           {"dg", std::move(r.dg)},
-           {"dbeta", std::move(r.dbeta)}};
-  if (p.dh0()) v["dh0"] = std::move(r.dh0);
-  return v;
-}
-
 // Elements per token of a token-major output.
 int64_t per_token(const gdr::Params& d, const std::string& output) {
   if (output == "dq" || output == "dk") return d.H * d.K;
@@ -47,7 +26,7 @@ int64_t per_token(const gdr::Params& d, const std::string& output) {
   return d.HV;  // dg, dbeta
 }
 
-class GdrGradOperation : public Operation {
+class GdrGradOperation : public grad::BackwardOperation {
  public:
   std::vector<OutputSpec> outputs(const cases::Case& c) const override {
     const Params p = decode(c);
@@ -59,44 +38,18 @@ class GdrGradOperation : public Operation {
                               {"dbeta", d.dtype, {d.B, d.T, d.HV}}};
     // Tokens past cu_seqlens[-1]: exactly zero (the oracle's values), checked bit for bit.
     if (p.tail > 0)
-      for (OutputSpec& s : o) {
-        const int64_t n = per_token(d, s.name);
-        s.must_be_unchanged.push_back(
-            {p.tokens() * n, d.T * n, "a gradient past cu_seqlens[-1] (must be exactly 0)"});
-      }
+      grad::zero_tail(o, p.tokens(), d.T, [&](const std::string& n) { return per_token(d, n); });
     if (p.dh0()) o.push_back({"dh0", DType::kF32, {d.N, d.HV, d.K, d.V}, d.dtype});
     return o;
-  }
-
-  Values oracle(const cases::Case& c, const TensorMap& in) const override {
-    return backward(c, in, nullptr);
-  }
-
-  std::vector<Baseline> baselines(const cases::Case& c, const TensorMap& in,
-                                  MatmulPrecision precision) const override {
-    std::vector<Baseline> out;
-    for (const reference::Arithmetic& how : grad_baselines(decode(c).rule.dtype, precision))
-      out.push_back({"backward " + reference::describe(how), backward(c, in, &how)});
-    return out;
   }
 
   std::vector<SeqSlice> slices(const cases::Case& c, const std::string& output) const override {
     const gdr::Params d = decode(c).rule;
     std::vector<SeqSlice> s;
-    for (int64_t i = 0; i < d.N; ++i) {
-      if (output == "dh0") {
-        const int64_t per = d.HV * d.K * d.V;
-        s.push_back({i, i * per, (i + 1) * per, 0});
-        continue;
-      }
-      const int64_t n = per_token(d, output), b = token_row(d.layout, i, 0);
-      s.push_back({i, b * n, (b + d.layout.lengths[i]) * n, n});
-    }
+    for (int64_t i = 0; i < d.N; ++i)
+      s.push_back(output == "dh0" ? grad::sequence_slice(i, d.HV * d.K * d.V)
+                                  : grad::token_slice(d.layout, i, per_token(d, output)));
     return s;
-  }
-
-  std::vector<int64_t> sequence_lengths(const cases::Case& c) const override {
-    return decode(c).rule.layout.lengths;
   }
 
   TensorMajor major(const std::string& t) const override {
@@ -107,13 +60,31 @@ class GdrGradOperation : public Operation {
     return TensorMajor::kNone;
   }
 
-  // Repacking keeps the tokens of sequences only: a case with a padding tail is judged without
-  // the probes (its tail is checked bit for bit instead). No split probe: splitting the backward
-  // needs the state gradient passed back from the second call to the first.
-  bool repackable(const cases::Case& c) const override { return decode(c).tail == 0; }
-  // A wrong later sequence of a tail case cannot be run alone to confirm a leak: fail, not an
-  // unconfirmed leak.
-  bool presume_leaks(const cases::Case& c) const override { return decode(c).tail == 0; }
+ protected:
+  Problem problem(const cases::Case& c) const override {
+    const Params p = decode(c);
+    return {p.rule.layout, p.rule.dtype, p.tail, "backward "};
+  }
+  Values backward(const cases::Case& c, const TensorMap& in,
+                  const reference::Arithmetic* how) const override {
+    const Params p = decode(c);
+    std::vector<std::vector<double>> buffers;
+    const reference::GatedDeltaRuleArgs a = gdr::reference_args(p.rule, in, buffers);
+    const std::vector<double> dout = in.at("do").to_double();
+    std::vector<double> dht;
+    if (const Tensor* t = in.find("dht")) dht = t->to_double();
+    const double* dfs = dht.empty() ? nullptr : dht.data();
+    reference::GatedDeltaRuleGradients r =
+        how ? reference::gated_delta_rule_backward(a, dout.data(), dfs, *how)
+            : reference::gated_delta_rule_backward(a, dout.data(), dfs);
+    Values v{{"dq", std::move(r.dq)},
+             {"dk", std::move(r.dk)},
+             {"dv", std::move(r.dv)},
+             {"dg", std::move(r.dg)},
+             {"dbeta", std::move(r.dbeta)}};
+    if (p.dh0()) v["dh0"] = std::move(r.dh0);
+    return v;
+  }
 };
 
 }  // namespace

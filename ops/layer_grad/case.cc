@@ -3,50 +3,27 @@
 // entries.
 #include <string>
 
-#include "ops/decode.h"
+#include "ops/grad_common.h"
 #include "ops/layer_grad/params.h"
-#include "ops/repack.h"
 #include "ops/schema.h"
 
 namespace deltacheck::ops::layer_grad {
 namespace {
 
-// The layer parameters that are not the forward problem's: the backward is of one prefill call.
-bool forward_only(const std::string& key) { return key == "cache" || key == "calls"; }
-
-void check_grad(const Case& c) {
-  const Case f = forward_case(c);  // the forward problem's own checks (HV % H, layouts, ...)
-  if (c.get_int("tail") > 0 && !f.layout().has_cu_seqlens())
-    throw CaseIdError("tail=" + c.get("tail") +
-                      " needs a packed layout (tokens past cu_seqlens[-1]); got " +
-                      c.get("layout"));
-}
+void check_grad(const Case& c) { grad::check_tail(c, forward_case(c)); }
 
 OpSchema grad_schema() {
-  std::vector<ParamSpec> params;
-  for (const ParamSpec& p : layer::definition().schema.params)
-    if (!forward_only(p.key) && p.key != "seed") params.push_back(p);
-  params.push_back(
-      choice("dht", "none", {"none", "rand"},
-             "gradient of the final recurrent state: none (zero) | rand (0.5 N(0,1))"));
-  params.push_back(choice("dconv", "none", {"none", "rand"},
-                          "gradient of the final conv state: none (zero) | rand (0.5 N(0,1))"));
-  params.push_back(integer("tail", "0", 0, 4096,
-                           "padding tokens after cu_seqlens[-1] (packed layouts): gradients 0"));
-  params.push_back(seed_param());
-  return OpSchema{"layer_grad",
-                  "linear-attention layer backward: dqkv, dz, da, db, conv weight/bias, A_log, "
-                  "dt_bias, norm weight, initial states from do, dht and dconv; forward inputs as "
-                  "the layer prefill case's",
-                  std::move(params), check_grad};
-}
-
-// Per-sequence rows of a sequence-major [N, per] fp32 upstream gradient: 0.5 N(0,1).
-void fill_upstream(Tensor& t, const layer::Params& d, const GenOptions& o, int64_t per) {
-  for (int64_t s = 0; s < d.N; ++s) {
-    const Stream st = sequence_stream(d.seed, o, t.name(), s);
-    for (int64_t i = 0; i < per; ++i) t.set(s * per + i, 0.5 * st.normal(i));
-  }
+  return OpSchema{
+      "layer_grad",
+      "linear-attention layer backward: dqkv, dz, da, db, conv weight/bias, A_log, dt_bias, norm "
+      "weight, initial states from do, dht and dconv; forward inputs as the layer prefill case's",
+      grad::schema_params(
+          layer::definition().schema,
+          {choice("dht", "none", {"none", "rand"},
+                  "gradient of the final recurrent state: none (zero) | rand (0.5 N(0,1))"),
+           choice("dconv", "none", {"none", "rand"},
+                  "gradient of the final conv state: none (zero) | rand (0.5 N(0,1))")}),
+      check_grad};
 }
 
 TensorMap generate_grad(const Case& c, const GenOptions& o) {
@@ -61,19 +38,14 @@ TensorMap generate_grad(const Case& c, const GenOptions& o) {
     m.add(token_major && p.tail > 0 ? with_tail(t, p.tail, d.seed, normal) : t);
   }
   // do: N(0,1) per sequence with the sequence's salt, like qkv; the tail's unsalted.
-  Tensor& dout = m.add(Tensor("do", d.dtype, {1, d.T, d.HV, d.V}));
-  const int64_t row = d.HV * d.V;
-  for (int64_t s = 0; s < d.N; ++s) {
-    const Stream st = sequence_stream(d.seed, o, "do", s);
-    const int64_t base = token_row(d.layout, s, 0);
-    for (int64_t i = 0; i < d.layout.lengths[s] * row; ++i)
-      dout.set(base * row + i, st.normal(static_cast<uint64_t>(i)));
-  }
-  if (p.tail > 0) fill_rows(dout, d.seed, p.tokens(), p.tail, row, normal);
+  grad::fill_do(m.add(Tensor("do", d.dtype, {1, d.T, d.HV, d.V})), d.layout, d.seed, o, d.HV * d.V,
+                p.tail);
   if (p.dht)
-    fill_upstream(m.add(Tensor("dht", DType::kF32, {d.N, d.HV, d.K, d.V})), d, o, d.HV * d.K * d.V);
+    grad::fill_upstream(m.add(Tensor("dht", DType::kF32, {d.N, d.HV, d.K, d.V})), d.N, d.seed, o,
+                        d.HV * d.K * d.V);
   if (p.dconv)
-    fill_upstream(m.add(Tensor("dconv", DType::kF32, {d.N, d.D, d.W - 1})), d, o, d.D * (d.W - 1));
+    grad::fill_upstream(m.add(Tensor("dconv", DType::kF32, {d.N, d.D, d.W - 1})), d.N, d.seed, o,
+                        d.D * (d.W - 1));
   return m;
 }
 
@@ -129,11 +101,7 @@ void grad_suite(SuiteBuilder& b, Tier t) {
 }  // namespace
 
 Case forward_case(const Case& c) {
-  expect_op(c, "layer_grad");
-  std::vector<std::pair<std::string, std::string>> params;
-  for (const auto& [k, v] : c.params())
-    if (k != "dht" && k != "dconv" && k != "tail") params.emplace_back(k, v);
-  return Case("layer", params);
+  return grad::forward_case(c, "layer_grad", "layer", {"dht", "dconv", "tail"});
 }
 
 Params decode(const Case& c) {

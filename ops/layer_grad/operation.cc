@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "ops/grad_common.h"
 #include "ops/layer_grad/params.h"
-#include "ops/repack.h"
 #include "reference/causal_conv1d_backward.h"
 #include "reference/gated_delta_rule_backward.h"
 #include "reference/gated_rms_norm_backward.h"
@@ -95,40 +95,6 @@ LinearAttentionLayerGradients backward_in_precision(
   return r;
 }
 
-// The backward of the case's inputs, FP64 (`how` empty) or in a baseline's arithmetic.
-Values backward(const cases::Case& c, const TensorMap& in, const reference::Arithmetic* how) {
-  const Params p = decode(c);
-  std::vector<std::vector<double>> buffers;
-  const reference::LinearAttentionLayerArgs a = layer::reference_args(p.layer, in, buffers);
-  auto upstream = [&](const char* name) -> const double* {
-    const Tensor* t = in.find(name);
-    if (!t) return nullptr;
-    buffers.push_back(t->to_double());
-    if (buffers.back().empty()) buffers.back().push_back(0.0);  // no tokens: read nowhere
-    return buffers.back().data();
-  };
-  reference::LinearAttentionLayerUpstream up;
-  up.d_output = upstream("do");
-  up.d_final_state = upstream("dht");
-  up.d_final_conv_state = upstream("dconv");
-  LinearAttentionLayerGradients r = how ? backward_in_precision(a, up, p.layer.dtype, *how)
-                                        : reference::linear_attention_layer_backward(a, up);
-  Values v{{"dqkv", std::move(r.dqkv)},
-           {"dz", std::move(r.dz)},
-           {"da", std::move(r.da)},
-           {"db", std::move(r.db)},
-           {"dconv_weight", std::move(r.dconv_weight)},
-           {"dA_log", std::move(r.dA_log)},
-           {"ddt_bias", std::move(r.ddt_bias)},
-           {"dnorm_weight", std::move(r.dnorm_weight)}};
-  if (p.layer.bias) v["dconv_bias"] = std::move(r.dconv_bias);
-  if (p.states()) {
-    v["dinitial_state"] = std::move(r.dinitial_state);
-    v["dinitial_conv_state"] = std::move(r.dinitial_conv_state);
-  }
-  return v;
-}
-
 bool token_major(const std::string& t) {
   return t == "qkv" || t == "z" || t == "a" || t == "b" || t == "do" || t == "dqkv" || t == "dz" ||
          t == "da" || t == "db";
@@ -147,7 +113,7 @@ int64_t per_row(const layer::Params& d, const std::string& output) {
   return d.D * (d.W - 1);  // dinitial_conv_state
 }
 
-class LayerGradOperation : public Operation {
+class LayerGradOperation : public grad::BackwardOperation {
  public:
   std::vector<OutputSpec> outputs(const cases::Case& c) const override {
     const Params p = decode(c);
@@ -168,11 +134,7 @@ class LayerGradOperation : public Operation {
                               act("da", {1, d.T, d.HV}), act("db", {1, d.T, d.HV})};
     // Tokens past cu_seqlens[-1]: exactly zero (the oracle's values), checked bit for bit.
     if (p.tail > 0)
-      for (OutputSpec& s : o) {
-        const int64_t n = per_row(d, s.name);
-        s.must_be_unchanged.push_back(
-            {p.tokens() * n, d.T * n, "a gradient past cu_seqlens[-1] (must be exactly 0)"});
-      }
+      grad::zero_tail(o, p.tokens(), d.T, [&](const std::string& n) { return per_row(d, n); });
     o.push_back(f32("dconv_weight", {d.D, d.W}));
     if (d.bias) o.push_back(f32("dconv_bias", {d.D}));
     o.push_back(f32("dA_log", {d.HV}));
@@ -185,18 +147,6 @@ class LayerGradOperation : public Operation {
     return o;
   }
 
-  Values oracle(const cases::Case& c, const TensorMap& in) const override {
-    return backward(c, in, nullptr);
-  }
-
-  std::vector<Baseline> baselines(const cases::Case& c, const TensorMap& in,
-                                  MatmulPrecision precision) const override {
-    std::vector<Baseline> out;
-    for (const reference::Arithmetic& how : grad_baselines(decode(c).layer.dtype, precision))
-      out.push_back({"layer backward, rule " + reference::describe(how), backward(c, in, &how)});
-    return out;
-  }
-
   // Per-token and per-sequence tensors split by sequence; the parameter gradients, sums over
   // every sequence, belong to none (judged whole; the probes leave them out).
   std::vector<SeqSlice> slices(const cases::Case& c, const std::string& output) const override {
@@ -204,19 +154,10 @@ class LayerGradOperation : public Operation {
     std::vector<SeqSlice> s;
     if (!token_major(output) && !sequence_major(output)) return s;
     const int64_t n = per_row(d, output);
-    for (int64_t i = 0; i < d.N; ++i) {
-      if (sequence_major(output)) {
-        s.push_back({i, i * n, (i + 1) * n, 0});
-        continue;
-      }
-      const int64_t b = token_row(d.layout, i, 0);
-      s.push_back({i, b * n, (b + d.layout.lengths[i]) * n, n});
-    }
+    for (int64_t i = 0; i < d.N; ++i)
+      s.push_back(sequence_major(output) ? grad::sequence_slice(i, n)
+                                         : grad::token_slice(d.layout, i, n));
     return s;
-  }
-
-  std::vector<int64_t> sequence_lengths(const cases::Case& c) const override {
-    return decode(c).layer.layout.lengths;
   }
 
   TensorMajor major(const std::string& t) const override {
@@ -225,13 +166,44 @@ class LayerGradOperation : public Operation {
     return TensorMajor::kNone;  // weights and their gradients
   }
 
-  // Repacking keeps the tokens of sequences only: a case with a padding tail is judged without
-  // the probes (its tail is checked bit for bit instead). No split probe: splitting the backward
-  // needs the state gradients passed back from the second call to the first.
-  bool repackable(const cases::Case& c) const override { return decode(c).tail == 0; }
-  // A wrong later sequence of a tail case cannot be run alone to confirm a leak: fail, not an
-  // unconfirmed leak.
-  bool presume_leaks(const cases::Case& c) const override { return decode(c).tail == 0; }
+ protected:
+  Problem problem(const cases::Case& c) const override {
+    const Params p = decode(c);
+    return {p.layer.layout, p.layer.dtype, p.tail, "layer backward, rule "};
+  }
+  Values backward(const cases::Case& c, const TensorMap& in,
+                  const reference::Arithmetic* how) const override {
+    const Params p = decode(c);
+    std::vector<std::vector<double>> buffers;
+    const reference::LinearAttentionLayerArgs a = layer::reference_args(p.layer, in, buffers);
+    auto upstream = [&](const char* name) -> const double* {
+      const Tensor* t = in.find(name);
+      if (!t) return nullptr;
+      buffers.push_back(t->to_double());
+      if (buffers.back().empty()) buffers.back().push_back(0.0);  // no tokens: read nowhere
+      return buffers.back().data();
+    };
+    reference::LinearAttentionLayerUpstream up;
+    up.d_output = upstream("do");
+    up.d_final_state = upstream("dht");
+    up.d_final_conv_state = upstream("dconv");
+    LinearAttentionLayerGradients r = how ? backward_in_precision(a, up, p.layer.dtype, *how)
+                                          : reference::linear_attention_layer_backward(a, up);
+    Values v{{"dqkv", std::move(r.dqkv)},
+             {"dz", std::move(r.dz)},
+             {"da", std::move(r.da)},
+             {"db", std::move(r.db)},
+             {"dconv_weight", std::move(r.dconv_weight)},
+             {"dA_log", std::move(r.dA_log)},
+             {"ddt_bias", std::move(r.ddt_bias)},
+             {"dnorm_weight", std::move(r.dnorm_weight)}};
+    if (p.layer.bias) v["dconv_bias"] = std::move(r.dconv_bias);
+    if (p.states()) {
+      v["dinitial_state"] = std::move(r.dinitial_state);
+      v["dinitial_conv_state"] = std::move(r.dinitial_conv_state);
+    }
+    return v;
+  }
 };
 
 }  // namespace

@@ -1,9 +1,10 @@
-// Backend "torch" (the ATen kernels): passes the gate suite (gdr, layer, mask cases and serving
-// scenarios) on the CPU, and a CUDA device that is not there is an unsupported verdict with the
-// reason, never a crash or a pass.
+// Backend "torch" (the ATen kernels): passes the gate suite (gdr, layer, their backwards, mask
+// cases and serving scenarios) on the CPU, and a CUDA device that is not there is an unsupported
+// verdict with the reason, never a crash or a pass.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include <map>
 #include <set>
 #include <string>
 
@@ -37,14 +38,16 @@ TEST(TorchBackend, IsListedWithTorchOp) {
   EXPECT_EQ(torch_op, 1);
 }
 
-// Every gate case of an op the backend has a kernel for (every cache mode of gdr, the backward
-// through autograd, the mask ops) passes; other ops are unsupported, with the reason.
+// Every gate case of an op the backend has a kernel for (every cache mode of gdr, the backwards
+// of the rule and of the layer through autograd, the mask ops) passes; other ops are unsupported,
+// with the reason.
 TEST(TorchBackend, PassesTheGateSuiteOnCpu) {
   auto backend = torch_backend("cpu");
   // serve: the serving scenarios, each call a gdr case (docs/scenarios.md).
-  const std::set<std::string> ops{"gdr",    "gdr_grad", "layer", "mask",
-                                  "layers", "segments", "serve"};
+  const std::set<std::string> ops{"gdr",  "gdr_grad", "layer",    "layer_grad",
+                                  "mask", "layers",   "segments", "serve"};
   int passed = 0;
+  std::map<std::string, int> passed_per_op;
   for (const Case& c : cases::suite("gate")) {
     const Support s = backend_supports(*backend, c);
     if (!ops.count(c.op())) {
@@ -54,12 +57,16 @@ TEST(TorchBackend, PassesTheGateSuiteOnCpu) {
     ASSERT_TRUE(s.ok) << c.id() << ": " << s.reason;
     // Layer and backward cases with the probes: the backend is not batch-invariant there, so they
     // judge within tolerance.
-    const CaseResult r = run_case(prepare(c), *backend, c.op() == "layer" || c.op() == "gdr_grad");
+    const bool probes = c.op() == "layer" || c.op() == "gdr_grad" || c.op() == "layer_grad";
+    const CaseResult r = run_case(prepare(c), *backend, probes);
     EXPECT_EQ(r.verdict, Verdict::kPass) << c.id() << ": " << r.message;
     EXPECT_LT(r.margin, 1.0) << c.id();
     passed += r.verdict == Verdict::kPass;
+    passed_per_op[c.op()] += r.verdict == Verdict::kPass;
   }
   EXPECT_GT(passed, 400);
+  // The layer's backward through autograd of the ATen layer (dqkv through the conv included).
+  EXPECT_EQ(passed_per_op["layer_grad"], 13);
 }
 
 TEST(TorchBackend, CudaWithoutADeviceIsUnsupported) {

@@ -3,6 +3,7 @@
 // sequences and carried-in conv and recurrent states.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <stdexcept>
 #include <string>
@@ -16,6 +17,7 @@
 #include "reference/gated_rms_norm.h"
 #include "reference/gates.h"
 #include "reference/linear_attention_layer.h"
+#include "reference/linear_attention_layer_backward.h"
 #include "tests/kernels/torch/torch_test_util.h"
 
 namespace deltacheck::kernels::torch {
@@ -182,15 +184,10 @@ LayerInputs make_layer_inputs(std::vector<int64_t> lengths, at::ScalarType dtype
   return in;
 }
 
-reference::LinearAttentionLayerResult run_layer_reference(const LayerInputs& in) {
-  const std::vector<double> qkv = to_doubles(in.qkv), z = to_doubles(in.z), a = to_doubles(in.a);
-  const std::vector<double> b = to_doubles(in.b), h0 = to_doubles(in.h0);
-  const std::vector<double> conv_h0 = to_doubles(in.conv_h0);
-  const std::vector<double> cw = to_doubles(in.weights.conv_weight);
-  const std::vector<double> cb = to_doubles(in.weights.conv_bias);
-  const std::vector<double> A_log = to_doubles(in.weights.A_log);
-  const std::vector<double> dt = to_doubles(in.weights.dt_bias);
-  const std::vector<double> nw = to_doubles(in.weights.norm_weight);
+// The FP64 reference's arguments for the inputs; `buffers` holds the values they point into.
+reference::LinearAttentionLayerArgs layer_reference_args(
+    const LayerInputs& in, std::vector<std::vector<double>>& buffers) {
+  auto values = [&](const at::Tensor& t) { return buffers.emplace_back(to_doubles(t)).data(); };
   reference::LinearAttentionLayerArgs args;
   args.seq_len = in.T;
   args.num_heads = in.H;
@@ -198,20 +195,25 @@ reference::LinearAttentionLayerResult run_layer_reference(const LayerInputs& in)
   args.key_dim = in.K;
   args.value_dim = in.V;
   args.conv_width = in.W;
-  args.qkv = qkv.data();
-  args.z = z.data();
-  args.a = a.data();
-  args.b = b.data();
-  args.conv_weight = cw.data();
-  args.conv_bias = cb.data();
-  args.A_log = A_log.data();
-  args.dt_bias = dt.data();
-  args.norm_weight = nw.data();
+  args.qkv = values(in.qkv);
+  args.z = values(in.z);
+  args.a = values(in.a);
+  args.b = values(in.b);
+  args.conv_weight = values(in.weights.conv_weight);
+  args.conv_bias = values(in.weights.conv_bias);
+  args.A_log = values(in.weights.A_log);
+  args.dt_bias = values(in.weights.dt_bias);
+  args.norm_weight = values(in.weights.norm_weight);
   args.norm_eps = in.weights.norm_eps;
   args.cu_seqlens = cu_vector(in.lengths);
-  args.initial_state = h0.data();
-  args.initial_conv_state = conv_h0.data();
-  return reference::linear_attention_layer(args);
+  args.initial_state = values(in.h0);
+  args.initial_conv_state = values(in.conv_h0);
+  return args;
+}
+
+reference::LinearAttentionLayerResult run_layer_reference(const LayerInputs& in) {
+  std::vector<std::vector<double>> buffers;
+  return reference::linear_attention_layer(layer_reference_args(in, buffers));
 }
 
 TorchLayerResult run_layer(const LayerInputs& in, GdrForm form) {
@@ -311,6 +313,78 @@ TEST(TorchCausalConv1dUpdate, ShiftsTheStateByOneToken) {
   EXPECT_THROW(causal_conv1d_update(in.qkv, in.weights.conv_weight, std::nullopt,
                                     in.conv_h0.narrow(2, 0, ctx - 1)),
                std::invalid_argument);
+}
+
+// LibTorch autograd of the chunked layer prefill (every piece recorded when an input requires
+// gradients) gives the FP64 backward's gradients of every input, weight and initial state, dqkv
+// through the conv included (a NoGradGuard in the conv once cut it off: issue #21).
+TEST(TorchLinearAttentionLayer, AutogradMatchesTheFp64Backward) {
+  LayerInputs in = make_layer_inputs({63, 0, 65, 2}, at::kFloat, 29);
+  LinearAttentionWeights& w = in.weights;
+  const std::vector<at::Tensor> leaves{
+      in.qkv.requires_grad_(),  in.z.requires_grad_(),          in.a.requires_grad_(),
+      in.b.requires_grad_(),    w.conv_weight.requires_grad_(), w.conv_bias.requires_grad_(),
+      w.A_log.requires_grad_(), w.dt_bias.requires_grad_(),     w.norm_weight.requires_grad_(),
+      in.h0.requires_grad_(),   in.conv_h0.requires_grad_()};
+  SplitMix64 rng(30);
+  auto normal = [&] { return rng.normal(); };
+  const at::Tensor d_out = make_tensor({in.T, in.HV, in.V}, at::kFloat, normal);
+  const at::Tensor d_ht = make_tensor({in.N, in.HV, in.K, in.V}, at::kFloat, normal);
+  const at::Tensor d_conv = make_tensor({in.N, in.D, in.W - 1}, at::kFloat, normal);
+  const TorchLayerResult out = run_layer(in, GdrForm::kChunked);
+  const std::vector<at::Tensor> grads = ::torch::autograd::grad(
+      {out.output, out.final_state, out.final_conv_state}, leaves, {d_out, d_ht, d_conv});
+
+  std::vector<std::vector<double>> buffers;
+  const std::vector<double> dod = to_doubles(d_out), dhd = to_doubles(d_ht);
+  const std::vector<double> dcd = to_doubles(d_conv);
+  const reference::LinearAttentionLayerGradients ref = reference::linear_attention_layer_backward(
+      layer_reference_args(in, buffers), {dod.data(), dhd.data(), dcd.data()});
+  const std::vector<double>* want[] = {&ref.dqkv,
+                                       &ref.dz,
+                                       &ref.da,
+                                       &ref.db,
+                                       &ref.dconv_weight,
+                                       &ref.dconv_bias,
+                                       &ref.dA_log,
+                                       &ref.ddt_bias,
+                                       &ref.dnorm_weight,
+                                       &ref.dinitial_state,
+                                       &ref.dinitial_conv_state};
+  const char* names[] = {"dqkv",
+                         "dz",
+                         "da",
+                         "db",
+                         "dconv_weight",
+                         "dconv_bias",
+                         "dA_log",
+                         "ddt_bias",
+                         "dnorm_weight",
+                         "dinitial_state",
+                         "dinitial_conv_state"};
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const Comparison c = compare(grads[i], *want[i]);
+    EXPECT_TRUE(c.finite) << names[i];
+    EXPECT_GT(c.ref_norm, 0.0) << names[i];
+    EXPECT_LT(c.rel_rms, 2e-5) << names[i];
+  }
+}
+
+// Without an input that requires gradients nothing is recorded (every piece runs under
+// NoGradGuard), and recording changes no bit of the forward.
+TEST(TorchLinearAttentionLayer, RecordingChangesNoBit) {
+  LayerInputs in = make_layer_inputs({30, 0, 81}, at::kBFloat16, 31);
+  const TorchLayerResult plain = run_layer(in, GdrForm::kChunked);
+  EXPECT_FALSE(plain.output.requires_grad());
+  EXPECT_FALSE(plain.final_conv_state.requires_grad());
+  in.qkv.requires_grad_();
+  in.weights.norm_weight.requires_grad_();
+  const TorchLayerResult recorded = run_layer(in, GdrForm::kChunked);
+  EXPECT_TRUE(recorded.output.requires_grad());
+  EXPECT_TRUE(recorded.final_conv_state.requires_grad());
+  EXPECT_TRUE(at::equal(plain.output, recorded.output.detach()));
+  EXPECT_TRUE(at::equal(plain.final_state, recorded.final_state.detach()));
+  EXPECT_TRUE(at::equal(plain.final_conv_state, recorded.final_conv_state.detach()));
 }
 
 TEST(TorchLinearAttentionLayer, InvalidShapesThrow) {
