@@ -152,7 +152,10 @@ Case::Case(std::string op, const std::vector<std::pair<std::string, std::string>
       layout_ = std::make_shared<const Layout>(Layout::parse(trim(raw)));
       params_.emplace_back(spec.key, layout_->str());
     } else {
-      params_.emplace_back(spec.key, canonical_value(spec, trim(raw), op_));
+      std::string value = canonical_value(spec, trim(raw), op_);
+      if (spec.absent_by_default && value == canonical_value(spec, spec.default_value, op_))
+        continue;
+      params_.emplace_back(spec.key, std::move(value));
     }
     id_ += (params_.size() > 1 ? "," : "") + spec.key + "=" + params_.back().second;
   }
