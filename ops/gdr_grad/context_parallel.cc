@@ -107,10 +107,11 @@ std::string explain_rank(const cases::Case& c, int64_t seq, int64_t token) {
   if (p.cp == 0 || seq < 0) return "";
   const CpSplit s = cp_split(p);
   const bool rank0 = seq < s.seq || (seq == s.seq && token < s.at);
-  const std::string what = token < 0 ? "its dh0" : fmt::format("its token {}", token);
+  const std::string what =
+      token < 0 ? fmt::format("seq {}'s dh0", seq) : fmt::format("seq {} token {}", seq, token);
   return fmt::format(
-      "{} came from rank {}; the cut at token {} puts seq {}'s tokens [0, {}) on rank 0, the rest "
-      "on rank 1, whose dh0 for it is rank 0's dht",
+      "{} came from rank {}; the cut at token {} puts seq {}'s tokens [0, {}) on rank 0 and the "
+      "rest on rank 1, whose dh0 for it is rank 0's dht",
       what, rank0 ? 0 : 1, p.cp, s.seq, s.at);
 }
 
