@@ -12,12 +12,16 @@
 //                               in fp32 of o.do - v.dv (FLA's q.dq - k.dk for linear attention;
 //                               FlashQLA #28): exact in real arithmetic, off under strong decay,
 //                               where dg is small against the terms it is summed from
+//   wrong:grad-cp-gate          context parallelism (cp cases): every rank but the last loads
+//                               the gate without its head offset (each value head reads head
+//                               0's), as FLA #1115's CP backward; one-call cases are right
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "backends/backends.h"
 #include "kernels/cpu/gated_delta_rule_backward.h"
+#include "ops/gdr_grad/context_parallel.h"
 #include "ops/gdr_grad/params.h"
 
 namespace deltacheck::backends {
@@ -262,6 +266,28 @@ class GradDgCumulative : public WrongGradBackend {
   }
 };
 
+class GradCpGate : public WrongGradBackend {
+ public:
+  std::string name() const override { return "wrong:grad-cp-gate"; }
+  std::string description() const override {
+    return "deliberately wrong backward: on context-parallel ranks but the last, the gate read "
+           "without its head offset (FLA #1115)";
+  }
+  Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
+    return run_cpu_gdr_grad_case(c, in, out);
+  }
+  Status run_driven(const ops::DrivenCall& call, DriveMemory&, const cases::Case& c,
+                    const cases::TensorMap& in, cases::TensorMap& out) override {
+    if (call.kind != ops::gdr_grad::rank_kind(0)) return run(c, in, out);
+    cases::TensorMap wrong = in;
+    cases::Tensor& g = wrong.at("g");  // [B, T, HV]
+    const int64_t HV = g.shape().back();
+    for (int64_t t = 0; t < g.numel() / HV; ++t)
+      for (int64_t h = 1; h < HV; ++h) g.set(t * HV + h, g.get(t * HV));
+    return run_cpu_gdr_grad_case(c, wrong, out);
+  }
+};
+
 }  // namespace
 
 std::vector<std::unique_ptr<Backend>> make_wrong_grad_backends() {
@@ -271,6 +297,7 @@ std::vector<std::unique_ptr<Backend>> make_wrong_grad_backends() {
   v.push_back(std::make_unique<GradTailUnwritten>());
   v.push_back(std::make_unique<GradRowsPastFirst>());
   v.push_back(std::make_unique<GradDgCumulative>());
+  v.push_back(std::make_unique<GradCpGate>());
   return v;
 }
 

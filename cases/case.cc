@@ -178,6 +178,10 @@ StatusOr<Case> Case::make(std::string op,
     } else {
       StatusOr<std::string> value = canonical_value(spec, trim(raw), c.op_);
       if (!value.ok()) return value.status();
+      if (spec.absent_by_default) {
+        const StatusOr<std::string> fallback = canonical_value(spec, spec.default_value, c.op_);
+        if (fallback.ok() && value.value() == fallback.value()) continue;
+      }
       c.params_.emplace_back(spec.key, value.take());
     }
     c.id_ += (c.params_.size() > 1 ? "," : "") + spec.key + "=" + c.params_.back().second;

@@ -35,6 +35,9 @@ struct ParamSpec {
   std::vector<std::string> choices;  // for kChoice
   int64_t min = 0, max = 0;          // for kInt (inclusive)
   std::string help;
+  // A parameter added after case ids were pinned (goldens, findings): at its default it is absent
+  // from the id and from params(), so every older id stays what it was.
+  bool absent_by_default = false;
 };
 
 class Case;

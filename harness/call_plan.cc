@@ -39,8 +39,10 @@ Support backend_supports(const Backend& backend, const cases::Case& c) {
   if (op.call_mode(c).kind != CallMode::Kind::kDriven) return backend.supports(c);
   for (const auto& [kind, call] : op.driven_calls(c))
     if (const Support s = backend.supports(call); !s.ok)
-      return Support::No("the scenario's " + kind + " calls (" + call.get("cache") +
-                         "): " + s.reason);
+      return Support::No(call.has("cache")
+                             ? "the scenario's " + kind + " calls (" + call.get("cache") +
+                                   "): " + s.reason
+                             : "its " + kind + " call (" + call.id() + "): " + s.reason);
   return Support::Yes();
 }
 

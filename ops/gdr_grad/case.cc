@@ -1,8 +1,9 @@
-// The gdr_grad operation: schema (gdr's forward parameters, less the cache modes, plus dht and
-// tail), inputs (the gdr generator's, a padding tail, do and dht) and suite entries.
+// The gdr_grad operation: schema (gdr's forward parameters, less the cache modes, plus dht, tail
+// and cp), inputs (the gdr generator's, a padding tail, do and dht) and suite entries.
 #include <string>
 
 #include "cases/det_math.h"
+#include "ops/gdr_grad/context_parallel.h"
 #include "ops/gdr_grad/params.h"
 #include "ops/grad_common.h"
 #include "ops/schema.h"
@@ -10,17 +11,31 @@
 namespace deltacheck::ops::gdr_grad {
 namespace {
 
-void check_grad(const Case& c) { grad::check_tail(c, forward_case(c)); }
+void check_grad(const Case& c) {
+  const Case f = forward_case(c);  // the forward problem's own checks (HV % H, ...)
+  grad::check_tail(c, f);
+  if (!c.has("cp")) return;
+  if (f.layout().kind == Layout::Kind::kBatch)
+    throw CaseIdError("cp=" + c.get("cp") + " cuts one packed row: needs a packed or single " +
+                      "layout, got " + c.get("layout"));
+  if (c.get_int("tail") > 0) throw CaseIdError("cp and tail cannot be combined");
+  cp_split(decode(c));  // the cut must fall inside a sequence
+}
 
 OpSchema grad_schema() {
-  return OpSchema{
-      "gdr_grad",
-      "gated delta rule backward: dq, dk, dv, dg, dbeta, dh0 (with an initial state) "
-      "from do and dht; forward inputs as the gdr prefill case's",
+  std::vector<ParamSpec> params =
       grad::schema_params(gdr::definition().schema,
                           {choice("dht", "none", {"none", "rand"},
-                                  "gradient of the final state: none (zero) | rand (0.5 N(0,1))")}),
-      check_grad};
+                                  "gradient of the final state: none (zero) | rand (0.5 N(0,1))")});
+  ParamSpec cp = integer("cp", "0", 0, int64_t{1} << 40,
+                         "context parallelism: the row cut at this token into two calls, state "
+                         "passed forward and dh0 back (0: one call)");
+  cp.absent_by_default = true;
+  params.insert(params.end() - 1, std::move(cp));  // after tail, before the seed
+  return OpSchema{"gdr_grad",
+                  "gated delta rule backward: dq, dk, dv, dg, dbeta, dh0 (with an initial state) "
+                  "from do and dht; forward inputs as the gdr prefill case's",
+                  std::move(params), check_grad};
 }
 
 TensorMap generate_grad(const Case& c, const GenOptions& o) {
@@ -63,6 +78,48 @@ int64_t grad_input_bytes(const Case& c) {
          d.B * d.T * d.HV * d.V * es + (p.dht ? state : 0);
 }
 
+// Context parallelism (cp=S): the row cut inside a sequence (mid-chunk, just past a chunk edge,
+// one token on a side), the state passed forward and dh0 back: 1 case in smoke, 5 in gate. No
+// or weak decay mostly: under strong decay what crosses the cut has faded within a few tokens.
+// Seeds of their own (200 on), so that the other entries keep theirs.
+void add_context_parallel(SuiteBuilder& b, int tier, const SuiteParams& base) {
+  int seed = 200;
+  auto add = [&](const SuiteParams& over) {
+    b.add("gdr_grad", merge(merge(base, {{"seed", std::to_string(seed++)}}), over));
+  };
+  add({{"layout", "packed[63,0,65]"}, {"cp", "100"}, {"gate", "weak"}});
+  if (tier < 1) return;
+  add({{"layout", "packed[63,0,65]"}, {"cp", "100"}, {"gate", "zero"}, {"dtype", "bf16"}});
+  add({{"layout", "single[130]"}, {"cp", "65"}, {"gate", "zero"}});
+  add({{"layout", "packed[63,0,65]"},
+       {"cp", "30"},
+       {"gate", "weak"},
+       {"state", "none"},
+       {"dht", "none"}});
+  add({{"layout", "packed[15,64,65]"}, {"cp", "40"}, {"gate", "weak"}, {"H", "1"}});
+  if (tier < 2) return;
+  add({{"layout", "packed[63,0,65]"}, {"cp", "100"}, {"gate", "zero"}, {"dtype", "fp16"}});
+  for (const char* dt : {"bf16", "fp16"})
+    add({{"layout", "single[130]"}, {"cp", "65"}, {"gate", "zero"}, {"dtype", dt}});
+  add({{"layout", "packed[63,0,65]"}, {"cp", "1"}, {"gate", "weak"}});
+  add({{"layout", "packed[63,0,65]"}, {"cp", "127"}, {"gate", "zero"}, {"dht", "none"}});
+  add({{"layout", "packed[0,40]"}, {"cp", "20"}, {"gate", "weak"}, {"state", "mixed"}});
+  add({{"layout", "packed[0,1,2,15,16,0]"}, {"cp", "10"}, {"gate", "zero"}});
+  add({{"layout", "packed[63,0,65]"}, {"cp", "64"}});  // strong decay
+  add({{"layout", "packed[63,0,65]"}, {"cp", "100"}, {"gate", "zero"}, {"K", "60"}, {"V", "100"}});
+  add({{"layout", "packed[1500,0,3*30]"},
+       {"K", "128"},
+       {"V", "128"},
+       {"cp", "777"},
+       {"gate", "weak"},
+       {"dtype", "bf16"}});
+  for (const char* dt : {"fp32", "fp16"})
+    add({{"layout", "packed[1*30,64,127,129,0,257]"},
+         {"cp", "300"},
+         {"gate", "zero"},
+         {"dtype", dt}});
+}
+
 void grad_suite(SuiteBuilder& b, Tier t) {
   const int tier = static_cast<int>(t);
   const SuiteParams base{{"H", "2"},         {"HV", "4"},       {"K", "32"},    {"V", "32"},
@@ -94,6 +151,7 @@ void grad_suite(SuiteBuilder& b, Tier t) {
     add({{"layout", "single[33]"}, {"state", "none"}, {"dht", "none"}});
     add({{"layout", "packed[0,40]"}, {"state", "mixed"}});
   }
+  add_context_parallel(b, tier, base);
   if (tier < 1) return;
   // Gate, beta and key regimes on the chunk-edge pack: strong decay is where dg by a
   // cancellation form goes wrong.
@@ -128,7 +186,7 @@ void grad_suite(SuiteBuilder& b, Tier t) {
 }  // namespace
 
 Case forward_case(const Case& c) {
-  return grad::forward_case(c, "gdr_grad", "gdr", {"dht", "tail"});
+  return grad::forward_case(c, "gdr_grad", "gdr", {"dht", "tail", "cp"});
 }
 
 Params decode(const Case& c) {
@@ -136,6 +194,7 @@ Params decode(const Case& c) {
   p.rule = gdr::decode(forward_case(c));
   p.dht = c.get("dht") == "rand";
   p.tail = c.get_int("tail");
+  p.cp = c.has("cp") ? c.get_int("cp") : 0;
   p.rule.T += p.tail;
   return p;
 }

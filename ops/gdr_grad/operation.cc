@@ -3,11 +3,13 @@
 // FP64 oracle is reference/gated_delta_rule_backward; the tolerance baselines are the same
 // backward recurrence in the case's precision (fp32 compute, operands rounded to bf16 / fp16 /
 // TF32 like the forward's tensor-core baseline), from the same reference source: nothing of
-// kernels/. Tail tokens (past cu_seqlens[-1]) must come back exactly zero.
+// kernels/. Tail tokens (past cu_seqlens[-1]) must come back exactly zero. A cp case is driven as
+// two context-parallel calls; its baselines are split the same way (context_parallel.h).
 #include "ops/operation.h"
 
 #include <stdexcept>
 
+#include "ops/gdr_grad/context_parallel.h"
 #include "ops/gdr_grad/params.h"
 #include "ops/grad_common.h"
 #include "reference/gated_delta_rule_backward.h"
@@ -43,6 +45,24 @@ class GdrGradOperation : public grad::BackwardOperation {
     return o;
   }
 
+  // A cp case's baselines are split as the backend is: each runs both ranks in its own
+  // arithmetic from the same state at the cut and passes its own dh0 back.
+  std::vector<Baseline> baselines(const cases::Case& c, const TensorMap& in,
+                                  MatmulPrecision precision) const override {
+    const Params p = decode(c);
+    if (p.cp == 0) return BackwardOperation::baselines(c, in, precision);
+    std::vector<Baseline> out;
+    for (const reference::Arithmetic& how : grad_baselines(p.rule.dtype, precision)) {
+      StatusOr<Values> v = run_context_parallel(
+          c, in, [this, &how](int, const cases::Case& rc, const TensorMap& t) -> StatusOr<Values> {
+            return backward(rc, t, &how);
+          });
+      if (!v.ok()) throw std::invalid_argument(v.status().message());
+      out.push_back({"backward " + reference::describe(how) + ", split like the case", v.take()});
+    }
+    return out;
+  }
+
   std::vector<SeqSlice> slices(const cases::Case& c, const std::string& output) const override {
     const gdr::Params d = decode(c).rule;
     std::vector<SeqSlice> s;
@@ -58,6 +78,53 @@ class GdrGradOperation : public grad::BackwardOperation {
         t == "dk" || t == "dv" || t == "dg" || t == "dbeta")
       return TensorMajor::kToken;
     return TensorMajor::kNone;
+  }
+
+  // Repacking keeps the tokens of sequences only: a case with a padding tail is judged without
+  // the probes (its tail is checked bit for bit instead). No split probe: splitting the backward
+  // needs the state gradient passed back from the second call to the first, which is what cp
+  // cases do (their ranks' calls are not repacked further).
+  bool repackable(const cases::Case& c) const override {
+    return BackwardOperation::repackable(c) && decode(c).cp == 0;
+  }
+  // cp=S: two calls, rank 1 first (ops/gdr_grad/context_parallel.h).
+  CallMode call_mode(const cases::Case& c) const override {
+    if (decode(c).cp == 0) return {};
+    return {CallMode::Kind::kDriven, 2};
+  }
+
+  Status drive(const cases::Case& c, const TensorMap& in, TensorMap& outputs,
+               const RunCall& run) const override {
+    const CpSplit s = cp_split(decode(c));
+    StatusOr<Values> v = run_context_parallel(
+        c, in, [&](int rank, const cases::Case& rc, const TensorMap& t) -> StatusOr<Values> {
+          DrivenCall call{rank == 1 ? 0 : 1, rank_kind(rank), {}};
+          const std::vector<Piece>& pieces = rank == 1 ? s.rank1 : s.rank0;
+          for (size_t i = 0; i < pieces.size(); ++i)
+            call.rows.push_back(
+                {pieces[i].seq, static_cast<int64_t>(i), pieces[i].offset, pieces[i].length});
+          StatusOr<TensorMap> out = run(call, rc, t);
+          if (!out.ok()) return out.status();
+          Values got;
+          for (const Tensor& x : out.value().all()) got[x.name()] = x.to_double();
+          return got;
+        });
+    if (!v.ok()) return v.status();
+    for (Tensor& t : outputs.all()) {  // the backend's own values: exact in their dtype
+      const std::vector<double>& x = v.value().at(t.name());
+      for (int64_t e = 0; e < t.numel(); ++e) t.set(e, x[e]);
+    }
+    return Status::Ok();
+  }
+
+  std::vector<std::pair<std::string, cases::Case>> driven_calls(
+      const cases::Case& c) const override {
+    auto [rank0, rank1] = rank_cases(c);
+    return {{rank_kind(1), rank1}, {rank_kind(0), rank0}};
+  }
+
+  std::string explain_failure(const cases::Case& c, int64_t seq, int64_t token) const override {
+    return explain_rank(c, seq, token);
   }
 
  protected:

@@ -29,13 +29,14 @@ uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
 }
 
 // Which cases a hash covers: those calibrated first, the gdr serving contracts' cases
-// (cache=ckpt, accept), the serving scenarios (op serve), the rule's backward (op gdr_grad), the
-// layer's (op layer_grad) or the tree-shaped drafts' (cache=tree). Each later part has seeds of its
-// own and is pinned on its own, so the others' bits stay as they were.
-enum class Part { kCalibrated, kServingModes, kScenarios, kGrad, kTree, kLayerGrad };
+// (cache=ckpt, accept), the serving scenarios (op serve), the rule's backward (op gdr_grad), its
+// context-parallel cases (gdr_grad with cp), the layer's (op layer_grad) or the tree-shaped drafts'
+// (cache=tree). Each later part has seeds of its own and is pinned on its own, so the others' bits
+// stay as they were.
+enum class Part { kCalibrated, kServingModes, kScenarios, kGrad, kTree, kLayerGrad, kGradCp };
 Part part_of(const Case& c) {
   if (c.op() == "serve") return Part::kScenarios;
-  if (c.op() == "gdr_grad") return Part::kGrad;
+  if (c.op() == "gdr_grad") return c.has("cp") ? Part::kGradCp : Part::kGrad;
   if (c.op() == "layer_grad") return Part::kLayerGrad;
   if (c.op() == "gdr" && c.get("cache") == "tree") return Part::kTree;
   if (c.op() == "gdr" && (c.get("cache") == "ckpt" || c.get("cache") == "accept"))
@@ -95,6 +96,12 @@ TEST_P(GeneratorBits, SmokeServingScenarioInputsAsPinned) {
 TEST_P(GeneratorBits, SmokeSuiteGradInputsAsCalibrated) {
   EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kGrad)), "9d8b7a0510a98d12");
   EXPECT_EQ(hex(suite_inputs_hash("smoke", true, Part::kGrad)), "e4e178824c130db2");
+}
+
+// The context-parallel backward cases' inputs (those of the same case without cp).
+TEST_P(GeneratorBits, SmokeSuiteContextParallelGradInputsAsPinned) {
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kGradCp)), "c173089e668f3c41");
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", true, Part::kGradCp)), "e4bad33de0cc6691");
 }
 
 // The tree-shaped drafts' inputs (their parents included), pinned on their own.

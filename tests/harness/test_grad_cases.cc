@@ -139,5 +139,58 @@ TEST(GradCases, DgByTheCancellationFormFailsUnderStrongDecay) {
   EXPECT_EQ(zero.verdict, Verdict::kPass) << zero.message;
 }
 
+// Context parallelism (cp=S): the cpu backward passes every cp case of the full suite (each
+// dtype, one token on a side, zero-length sequences, no initial state or dht in the case, long
+// sequences at K = V = 128).
+TEST(GradCases, CpuBackwardPassesTheContextParallelCases) {
+  auto cpu = make_backend("cpu");
+  int n = 0;
+  for (const cases::Case& c : grad_cases("full")) {
+    if (ops::gdr_grad::decode(c).cp == 0) continue;
+    const CaseResult r = run_case(prepare(c), *cpu, true);
+    EXPECT_EQ(r.verdict, Verdict::kPass) << c.id() << ": " << r.message;
+    ++n;
+  }
+  EXPECT_GE(n, 15);
+}
+
+// FLA #1115: the CP backward on every rank but the last reads the gate without its head
+// offset. One-call cases never take that path: every plain gate case passes, probes included;
+// every cp case with decay fails (not a leak: the wrong sequences are wrong on their own rank),
+// the message naming rank 0; with gate=zero every head's gate is 0 and nothing is wrong.
+TEST(GradCases, GateWithoutHeadOffsetOnRankZeroFailsOnlyContextParallelCases) {
+  auto wrong = make_backend("wrong:grad-cp-gate");
+  int cp = 0, plain = 0;
+  for (const cases::Case& c : grad_cases("gate")) {
+    const CaseResult r = run_case(prepare(c), *wrong, true);
+    if (ops::gdr_grad::decode(c).cp == 0) {
+      EXPECT_EQ(r.verdict, Verdict::kPass) << c.id() << ": " << r.message;
+      ++plain;
+      continue;
+    }
+    if (ops::gdr_grad::decode(c).rule.gate == ops::gdr::Gate::kZero) {
+      EXPECT_EQ(r.verdict, Verdict::kPass) << c.id() << ": " << r.message;
+      continue;
+    }
+    EXPECT_EQ(r.verdict, Verdict::kFail) << c.id() << ": " << r.message;
+    EXPECT_NE(r.message.find("from rank 0"), std::string::npos) << c.id() << ": " << r.message;
+    ++cp;
+  }
+  EXPECT_GE(cp, 3);
+  EXPECT_GE(plain, 60);
+}
+
+// The verdicts of the other wrong backwards on a cp case: each still caught, and a cp case is
+// never a leak (its sequences are not repacked to confirm one).
+TEST(GradCases, OtherWrongBackwardsOnAContextParallelCase) {
+  const cases::Case c =
+      cases::Case::parse("gdr_grad(layout=packed[63,0,65],K=16,V=16,dht=rand,cp=100,seed=4)");
+  for (const char* b : {"wrong:grad-carry-state", "wrong:grad-dh0-seq0"}) {
+    const CaseResult r = run(c, b);
+    EXPECT_EQ(r.verdict, Verdict::kFail) << b << ": " << r.message;
+  }
+  EXPECT_EQ(run(c, "wrong:grad-tail-unwritten").verdict, Verdict::kPass);  // no tail
+}
+
 }  // namespace
 }  // namespace deltacheck::backends

@@ -1,15 +1,17 @@
 // The gdr_grad operation: case ids and decoding, forward inputs bit-identical to the gdr case's,
 // the padding tail, the oracle against complex-step differentiation of a forward written here
-// on the operation's own inputs, and the baselines' arithmetic.
+// on the operation's own inputs, the baselines' arithmetic, and context-parallel (cp) cases.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cases/generate.h"
 #include "cases/suites.h"
+#include "ops/gdr_grad/context_parallel.h"
 #include "ops/gdr_grad/params.h"
 #include "ops/registry.h"
 #include "reference/gated_delta_rule_backward.h"
@@ -230,6 +232,135 @@ TEST(GdrGradOracle, BaselinesAreTheBackwardInTheCasesPrecision) {
   chunked.form = reference::Formulation::kChunked;
   EXPECT_THROW(reference::gated_delta_rule_backward(a, dout.data(), dht.data(), chunked),
                std::invalid_argument);
+}
+
+// cp=S is absent from the id at its default (every older id stays), part of it otherwise; the
+// inputs are the unsplit case's, and each rank's call is a plain gdr_grad case of its pieces.
+TEST(GdrGradContextParallel, IdsSplitAndRankCases) {
+  const Case plain = Case::parse("gdr_grad(layout=packed[63,0,65],dht=none,seed=3)");
+  EXPECT_EQ(plain.id().find("cp="), std::string::npos) << plain.id();
+  EXPECT_FALSE(plain.has("cp"));
+  EXPECT_EQ(Case::parse("gdr_grad(layout=packed[63,0,65],dht=none,cp=0,seed=3)").id(), plain.id());
+  const Case c = Case::parse("gdr_grad(layout=packed[63,0,65],dht=none,cp=100,seed=3)");
+  EXPECT_NE(c.id().find(",cp=100,"), std::string::npos) << c.id();
+  EXPECT_EQ(Case::parse(c.id()).id(), c.id());
+  EXPECT_EQ(gdr_grad::decode(c).cp, 100);
+  EXPECT_EQ(gdr_grad::decode(plain).cp, 0);
+  EXPECT_EQ(gdr_grad::forward_case(c).id(), gdr_grad::forward_case(plain).id());
+  const TensorMap a = cases::generate_inputs(c, {}), b = cases::generate_inputs(plain, {});
+  for (const Tensor& t : b.all())
+    EXPECT_EQ(std::memcmp(t.data(), a.at(t.name()).data(), t.nbytes()), 0) << t.name();
+  const gdr_grad::CpSplit s = gdr_grad::cp_split(gdr_grad::decode(c));
+  EXPECT_EQ(s.seq, 2);
+  EXPECT_EQ(s.at, 37);
+  ASSERT_EQ(s.rank0.size(), 3u);  // seq 0, the empty seq 1, seq 2's first 37 tokens
+  ASSERT_EQ(s.rank1.size(), 1u);
+  EXPECT_EQ(s.rank1[0].offset, 37);
+  EXPECT_EQ(s.rank1[0].length, 28);
+  const auto [rank0, rank1] = gdr_grad::rank_cases(c);
+  EXPECT_EQ(rank0.get("layout"), "packed[63,0,37]");
+  EXPECT_EQ(rank0.get("dht"), "rand");  // rank 1's dh0 comes in as dht
+  EXPECT_EQ(rank1.get("layout"), "single[28]");
+  EXPECT_EQ(rank1.get("state"), "rand");  // starts from the state at the cut
+  EXPECT_FALSE(rank0.has("cp"));
+  const Operation& op = operation_for(c);
+  EXPECT_EQ(op.call_mode(c).kind, CallMode::Kind::kDriven);
+  EXPECT_EQ(op.call_mode(plain).kind, CallMode::Kind::kOne);
+  EXPECT_FALSE(op.repackable(c));
+  const auto calls = op.driven_calls(c);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].first, "rank 1");  // the backward runs from the last rank
+  EXPECT_EQ(calls[0].second.id(), rank1.id());
+  EXPECT_NE(op.explain_failure(c, 2, 40).find("rank 1"), std::string::npos);
+  EXPECT_NE(op.explain_failure(c, 2, 3).find("rank 0"), std::string::npos);
+  EXPECT_NE(op.explain_failure(c, 2, -1).find("seq 2's dh0 came from rank 0"), std::string::npos);
+  // A few cp cases in the fast suites.
+  for (const auto& [suite, lo, hi] : {std::tuple{"smoke", 1, 1}, std::tuple{"gate", 3, 6}}) {
+    int n = 0;
+    for (const Case& g : cases::suite(suite))
+      if (g.op() == "gdr_grad" && gdr_grad::decode(g).cp > 0) ++n;
+    EXPECT_GE(n, lo) << suite;
+    EXPECT_LE(n, hi) << suite;
+  }
+}
+
+TEST(GdrGradContextParallel, RejectsCutsThatSplitNothing) {
+  EXPECT_THROW(Case::parse("gdr_grad(layout=packed[63,0,65],cp=63)"), cases::CaseIdError);
+  EXPECT_THROW(Case::parse("gdr_grad(layout=packed[63,0,65],cp=128)"), cases::CaseIdError);
+  EXPECT_THROW(Case::parse("gdr_grad(layout=packed[63,0,65],cp=500)"), cases::CaseIdError);
+  EXPECT_THROW(Case::parse("gdr_grad(layout=batch[2x8],cp=3)"), cases::CaseIdError);
+  EXPECT_THROW(Case::parse("gdr_grad(layout=packed[8,8],cp=3,tail=2)"), cases::CaseIdError);
+  EXPECT_NO_THROW(Case::parse("gdr_grad(layout=single[8],cp=1)"));
+  EXPECT_NO_THROW(Case::parse("gdr_grad(layout=packed[8,0,8],cp=15)"));
+}
+
+double rel_rms(const std::vector<double>& x, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i)
+    num += (x[i] - ref[i]) * (x[i] - ref[i]), den += ref[i] * ref[i];
+  return std::sqrt(num / den);
+}
+
+// The two ranks through the FP64 oracle give the unsplit oracle's gradients (up to the state at
+// the cut rounded to fp32); without dh0 passed back, or from a zero state at the cut, they do
+// not: both halves of the hand-over matter.
+TEST(GdrGradContextParallel, TwoRanksOfTheOracleAreTheOracle) {
+  for (const char* id :
+       {"gdr_grad(layout=packed[63,0,65],K=16,V=16,gate=zero,dht=rand,cp=100)",
+        "gdr_grad(layout=packed[63,0,65],K=16,V=16,state=none,dht=none,cp=60)",
+        "gdr_grad(layout=packed[0,1,2,15,16,0],K=8,V=8,gate=zero,state=mixed,cp=10)"}) {
+    const Case c = Case::parse(id);
+    const TensorMap in = cases::generate_inputs(c, {});
+    const Operation& op = operation_for(c);
+    const Values whole = op.oracle(c, in);
+    // The FP64 oracle as each rank's backend; on rank `rank`, input `zeroed` set to zero first.
+    auto oracle = [&](int broken = -1, const char* zeroed = "") -> gdr_grad::RankRun {
+      return
+          [&op, broken, zeroed](int rank, const Case& rc, const TensorMap& t) -> StatusOr<Values> {
+            if (rank != broken) return op.oracle(rc, t);
+            TensorMap changed = t;
+            Tensor& x = changed.at(zeroed);
+            for (int64_t e = 0; e < x.numel(); ++e) x.set(e, 0.0);
+            return op.oracle(rc, changed);
+          };
+    };
+    const Values split = gdr_grad::run_context_parallel(c, in, oracle()).take();
+    ASSERT_EQ(split.size(), whole.size()) << id;
+    for (const auto& [name, ref] : whole) {
+      ASSERT_EQ(split.at(name).size(), ref.size()) << id << " " << name;
+      EXPECT_LT(rel_rms(split.at(name), ref), 1e-6) << id << " " << name;
+    }
+    // Rank 0 without the dh0 of rank 1 (zero instead): dk wrong before the cut (dq is not: it
+    // depends on the forward states only). Rank 1 from a zero state at the cut: dk wrong after.
+    for (const auto& [rank, zeroed] : {std::pair{0, "dht"}, std::pair{1, "initial_state"}}) {
+      const Values wrong = gdr_grad::run_context_parallel(c, in, oracle(rank, zeroed)).take();
+      EXPECT_GT(rel_rms(wrong.at("dk"), whole.at("dk")), 1e-3) << id << " " << zeroed;
+    }
+  }
+}
+
+// A cp case's baselines run split too, each in its own arithmetic, near the unsplit oracle. (The
+// recurrent baselines are nearly split-invariant: only the state at the cut, rounded to fp32,
+// differs from their own.)
+TEST(GdrGradContextParallel, BaselinesAreSplitLikeTheCase) {
+  const Case c = Case::parse(
+      "gdr_grad(layout=packed[63,0,65],K=16,V=16,dtype=bf16,gate=zero,dht=rand,cp=100)");
+  const Case plain =
+      Case::parse("gdr_grad(layout=packed[63,0,65],K=16,V=16,dtype=bf16,gate=zero,dht=rand)");
+  const TensorMap in = cases::generate_inputs(c, {});
+  const Operation& op = operation_for(c);
+  const std::vector<Baseline> split = op.baselines(c, in, MatmulPrecision::kDefault);
+  const std::vector<Baseline> whole = op.baselines(plain, in, MatmulPrecision::kDefault);
+  const Values oracle = op.oracle(c, in);
+  ASSERT_EQ(split.size(), whole.size());
+  for (size_t i = 0; i < split.size(); ++i) {
+    EXPECT_NE(split[i].name.find("split like the case"), std::string::npos) << split[i].name;
+    for (const auto& [name, ref] : oracle) {
+      const double rel = rel_rms(split[i].values.at(name), ref);
+      EXPECT_GT(rel, 0.0) << split[i].name << " " << name;
+      EXPECT_LT(rel, 2e-2) << split[i].name << " " << name;
+    }
+  }
 }
 
 }  // namespace
