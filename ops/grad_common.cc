@@ -12,9 +12,11 @@ Case forward_case(const Case& c, const char* grad_op, const char* forward_op,
                   std::initializer_list<const char*> grad_only) {
   expect_op(c, grad_op);
   std::vector<std::pair<std::string, std::string>> params;
-  for (const auto& [k, v] : c.params())
-    if (std::none_of(grad_only.begin(), grad_only.end(), [&](const char* g) { return k == g; }))
-      params.emplace_back(k, v);
+  for (const auto& kv : c.params()) {
+    const std::string& key = kv.first;  // a plain reference: lambdas may capture it (clang)
+    if (std::none_of(grad_only.begin(), grad_only.end(), [&](const char* g) { return key == g; }))
+      params.emplace_back(key, kv.second);
+  }
   return Case(forward_op, params);
 }
 
