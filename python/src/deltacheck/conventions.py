@@ -121,9 +121,12 @@ def transformers(fn, c):
     torch_recurrent_gated_delta_rule), called as the model calls them:
     fn(q, k, v, g=, beta=, initial_state=, output_final_state=, use_qk_l2norm_in_kernel=
     [, cu_seqlens=]) -> (o, final_state), scale fixed at K**-0.5 inside. The model holds one state
-    per batch row: one-token decode sequences become N rows of one token with their N states; a
-    packed row passes cu_seqlens (where the signature takes it) and its first sequence's state; when the function returns one state for the row, sequence i's
-    final state is the row's state at its end (the call repeated on the prefix)."""
+    per batch row: one-token decode sequences become N rows of one token with their N states. A
+    packed row: a function that takes cu_seqlens gets it with the N sequences' states; one that
+    does not gets the row and, with state=none, no state (its packing leak is then a finding);
+    N > 1 initial states in one row it cannot hold (unsupported, not a verdict on the kernel).
+    When the function returns one state for the row, sequence i's final state is the row's state
+    at its end (the call repeated on the prefix)."""
     i = c.inputs
     q, k, v, g, beta = (i[n] for n in ("q", "k", "v", "g", "beta"))
     s0 = i.get("initial_state")
@@ -147,20 +150,23 @@ def transformers(fn, c):
         rows = lambda x: x.reshape(n, 1, *x.shape[2:])  # noqa: E731
         o, s = call(rows(q), rows(k), rows(v), rows(g), rows(beta), s0, final=want_final)
         return {"o": o.reshape(v.shape[:2] + o.shape[2:]), "final_state": s}
-    row_state = s0[:1] if s0 is not None else None
-    o, s = call(q, k, v, g, beta, row_state, cu=cu, final=want_final)
+    if s0 is not None and n > 1 and not takes_cu:
+        raise Unsupported(
+            f"{n} sequences packed in one row with initial states: a function without a "
+            "cu_seqlens parameter holds one state per batch row (the transformers convention)")
+    o, s = call(q, k, v, g, beta, s0, cu=cu, final=want_final)
     if not want_final or (s is not None and s.shape[0] == n):
         return {"o": o, "final_state": s}
     d = c.dims
     finals = []
-    for end in bounds[1:]:
-        if end == 0:
-            finals.append(row_state[0] if row_state is not None
-                          else c.zeros((d.HV, d.K, d.V), "fp32"))
+    for j, end in enumerate(bounds[1:]):
+        if end == 0:  # no token yet: no call to make; the sequence keeps its initial state
+            finals.append(s0[j] if s0 is not None else c.zeros((d.HV, d.K, d.V), "fp32"))
             continue
         sl = lambda x: x[:, :end]  # noqa: E731
-        _, st = call(sl(q), sl(k), sl(v), sl(g), sl(beta), row_state, cu=cu[:bounds.index(end) + 1])
-        finals.append(st[0])
+        state = s0[:j + 1] if s0 is not None else None
+        _, st = call(sl(q), sl(k), sl(v), sl(g), sl(beta), state, cu=cu[:j + 2])
+        finals.append(st[-1])
     return {"o": o, "final_state": c.stack(finals)}
 
 

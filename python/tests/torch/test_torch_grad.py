@@ -90,13 +90,40 @@ def test_an_unused_input_gets_zero_gradients():
     assert bad == {"dg"}, r.line()  # the others are right: only g's gradient is missing
 
 
+def several_states_in_a_row(case_id):
+    """A packed row whose sequences have initial states (a cp case has them even with state=none:
+    rank 1 starts from the state at the cut)."""
+    return ("layout=packed" in case_id and len(dc.sequence_lengths(case_id)) > 1
+            and ("state=none" not in case_id or is_cp(case_id)))
+
+
+def transformers_gdr_without_cu(q, k, v, g, beta, initial_state=None, output_final_state=False,
+                                use_qk_l2norm_in_kernel=False):
+    """Transformers' torch fallback signature: no cu_seqlens, one state per batch row."""
+    return user_kernels.transformers_gdr(q, k, v, g, beta, initial_state, output_final_state,
+                                         use_qk_l2norm_in_kernel)
+
+
 def test_conventions():
     ids = dc.select("gate", FP32, case=None)
-    # one state per batch row: packed rows with several initial states are not its contract (a
-    # packed cp case has them even with state=none: rank 1 starts from the state at the cut)
-    keep = [i for i in ids if ("state=none" in i and not is_cp(i)) or "layout=single" in i]
-    res = dc.check(user_kernels.transformers_gdr, case=keep, convention="transformers")
+    # a function that takes cu_seqlens gets every sequence's state, cp ranks included
+    res = dc.check(user_kernels.transformers_gdr, case=ids, convention="transformers")
     assert res.ok and {r.verdict for r in res} == {"pass"}, res.summary()
+    assert sum(map(is_cp, ids)) >= 3 and sum(map(several_states_in_a_row, ids)) >= 10
+    # one without it holds one state per row: several in a row are declined with the reason, not
+    # judged (the kernel is not wrong); rows without states still show its packing leak
+    res = dc.check(transformers_gdr_without_cu, case=ids, convention="transformers")
+    for r in res:
+        if several_states_in_a_row(r.case_id):
+            assert r.verdict == "unsupported" and "one state per batch row" in r.message, r.line()
+        elif "layout=packed" not in r.case_id or not carries_state(r.case_id):
+            assert r.verdict == "pass" or (r.verdict == "fail" and has_tail(r.case_id)), r.line()
+        else:
+            assert r.verdict in ("leak", "fail"), r.line()
+    assert sum(r.verdict == "unsupported" for r in res) >= 10, res.summary()
+    fwd = dc.select("gate", [r"^gdr\(layout=packed", "dtype=fp32", "state=none"], case=None)
+    res = dc.check(transformers_gdr_without_cu, case=fwd, convention="transformers")
+    assert fwd and {r.verdict for r in res} == {"leak"}, res.summary()
     (r,) = dc.check(user_kernels.recurrent_gdr, case=ids[0], convention="vllm")
     assert r.verdict == "unsupported" and "inplace_final_state" in r.message, r.line()
 
