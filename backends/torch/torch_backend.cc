@@ -4,7 +4,6 @@
 #include "backends/torch/torch_backend.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/autograd.h>
 #include <torch/version.h>
 
 #include <mutex>
@@ -13,12 +12,12 @@
 #include <vector>
 
 #include "backends/torch/aten_tensors.h"
+#include "backends/torch/autograd_gradients.h"
 #include "backends/torch/torch_mask_adapter.h"
 #include "kernels/torch/gated_delta_rule.h"
 #include "kernels/torch/linear_attention_layer.h"
 #include "ops/gdr/problem.h"
 #include "ops/gdr/serving.h"
-#include "ops/gdr_grad/params.h"
 #include "ops/layer/params.h"
 #include "ops/layer_grad/params.h"
 
@@ -28,8 +27,12 @@ namespace {
 using cases::Case;
 using cases::TensorMap;
 using torch_bridge::copy_output;
+using torch_bridge::Leaf;
+using torch_bridge::leaf;
 using torch_bridge::optional_input;
+using torch_bridge::Recorded;
 using torch_bridge::to_aten;
+using torch_bridge::write_gradients;
 
 struct TorchOp {
   const char* op;  // case op, e.g. "gdr"
@@ -259,63 +262,19 @@ Status gdr_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::De
 
 // ---- gdr_grad: LibTorch autograd of the chunked forward --------------------------------------
 
-// A copy of a case input on the device that requires gradients: a leaf of the recorded forward.
-at::Tensor leaf(const TensorMap& in, const char* name, const c10::Device& device) {
-  return to_aten(in.at(name), device).clone().requires_grad_();
-}
-
-struct Recorded {
-  at::Tensor output, upstream;  // a forward output and its upstream gradient (do, dht, ...)
-};
-struct Leaf {
-  std::string gradient;  // output name, e.g. "dq"
-  at::Tensor value;
-};
-
-// The gradients of the recorded forward outputs w.r.t. the leaves, each written to its output. An
-// output autograd did not record (a pack of zero-length sequences records no o) contributes
-// nothing; a leaf it never reached gets zeros.
-Status write_gradients(const std::vector<Recorded>& recorded, const std::vector<Leaf>& leaves,
-                       TensorMap& out) {
-  std::vector<at::Tensor> outputs, grad_outputs, inputs;
-  for (const Recorded& r : recorded)
-    if (r.output.requires_grad()) outputs.push_back(r.output), grad_outputs.push_back(r.upstream);
-  for (const Leaf& l : leaves) inputs.push_back(l.value);
-  std::vector<at::Tensor> grads(inputs.size());
-  if (!outputs.empty())
-    grads = ::torch::autograd::grad(outputs, inputs, grad_outputs, /*retain_graph=*/false,
-                                    /*create_graph=*/false, /*allow_unused=*/true);
-  for (size_t i = 0; i < leaves.size(); ++i) {
-    const at::Tensor gi = grads[i].defined() ? grads[i] : at::zeros_like(inputs[i]);
-    if (Status st = copy_output(gi, out.at(leaves[i].gradient), leaves[i].gradient); !st.ok())
-      return st;
-  }
-  return Status::Ok();
-}
-
-// The forward is recorded when its inputs require gradients; torch::autograd::grad with do (and
-// dht) gives the gradients. Padding-tail tokens are cut off before the forward (the ATen forward
-// needs cu_seqlens[-1] == T), so autograd hands them zero gradients.
+// The chunked forward recorded by autograd (its inputs require gradients); the leaves, the tail
+// cut and the gradients' outputs are autograd_gradients.h's, shared with torch-op.
 Status gdr_grad_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::Device& device) {
-  const ops::gdr_grad::Params p = ops::gdr_grad::decode(c);
-  std::vector<Leaf> leaves{{"dq", leaf(in, "q", device)},
-                           {"dk", leaf(in, "k", device)},
-                           {"dv", leaf(in, "v", device)},
-                           {"dg", leaf(in, "g", device)},
-                           {"dbeta", leaf(in, "beta", device)}};
-  std::optional<at::Tensor> h0;
-  if (in.find("initial_state"))
-    leaves.push_back({"dh0", *(h0 = leaf(in, "initial_state", device))});
-  const int64_t tokens = p.rule.layout.has_cu_seqlens() ? p.tokens() : p.rule.T;
-  auto sequences = [&](const at::Tensor& x) { return x.narrow(1, 0, tokens); };
-  const auto r = kernels::torch::chunked_gated_delta_rule(
-      sequences(leaves[0].value), sequences(leaves[1].value), sequences(leaves[2].value),
-      sequences(leaves[3].value), sequences(leaves[4].value),
-      optional_input(in, "cu_seqlens", device), h0, /*scale=*/0.0, p.rule.l2,
-      /*chunk_size=*/64, /*output_final_state=*/p.dht);
-  std::vector<Recorded> recorded{{r.output, sequences(to_aten(in.at("do"), device))}};
-  if (p.dht) recorded.push_back({r.final_state, to_aten(in.at("dht"), device)});
-  return write_gradients(recorded, leaves, out);
+  return torch_bridge::gdr_grad_through_autograd(
+      c, in, out, device,
+      [](const torch_bridge::GdrForwardInputs& x, torch_bridge::GdrForwardOutputs& r) {
+        const auto f = kernels::torch::chunked_gated_delta_rule(
+            x.q, x.k, x.v, x.g, x.beta, x.cu_seqlens, x.initial_state, /*scale=*/0.0, x.l2,
+            /*chunk_size=*/64, /*output_final_state=*/x.final_state);
+        r.o = f.output;
+        r.final_state = f.final_state;
+        return Status::Ok();
+      });
 }
 
 // ---- mask, layers, segments: the LibTorch mask builder (torch_mask_adapter.h) ----------------

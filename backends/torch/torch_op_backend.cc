@@ -1,7 +1,11 @@
 // Backend "torch-op": a custom operator that some shared library registers with TORCH_LIBRARY,
 // checked as a gated delta rule through the calling convention of torch_op_convention.h. The
 // library is loaded, the operator found and its schema checked once, on the first run; when any
-// of that fails, every case gets verdict error with the reason.
+// of that fails, every case gets verdict error with the reason. gdr cases call the operator
+// under InferenceMode; gdr_grad cases call it on autograd leaves and differentiate its outputs
+// with torch::autograd::grad (autograd_gradients.h, as the torch backend does for its ATen
+// forward), which needs the operator to have an autograd kernel (a registered backward): without
+// one, gdr_grad cases are unsupported.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -16,6 +20,7 @@
 #include <vector>
 
 #include "backends/torch/aten_tensors.h"
+#include "backends/torch/autograd_gradients.h"
 #include "backends/torch/torch_backend.h"
 #include "backends/torch/torch_op_convention.h"
 #include "ops/gdr/params.h"
@@ -110,7 +115,7 @@ class TorchOpBackend : public Backend {
     if (op_.empty())
       return "a custom torch operator from a shared library: --library libX.so --op ns::name, "
              "called as " +
-             std::string(kTorchOpGdrSignature);
+             std::string(kTorchOpGdrSignature) + " (gdr; gdr_grad through its autograd kernel)";
     return "custom torch operator " + op_ + " from " + library_;
   }
   // Someone else's kernel: bit-identical reruns are not promised (atomics, split reductions)
@@ -120,14 +125,17 @@ class TorchOpBackend : public Backend {
   bool batch_invariant(const cases::Case&) const override { return batch_invariant_; }
 
   Support supports(const Case& c) const override {
-    if (c.op() != "gdr")
+    if (c.op() != "gdr" && c.op() != "gdr_grad")
       return Support::No("torch-op calls gated delta rule operators only (not '" + c.op() + "')");
     // chunked and dynamic reach the operator as prefill and decode calls (harness/call_plan.h);
-    // the convention has no state slots for pool, spec, ckpt, accept and tree.
-    const ops::gdr::Params p = ops::gdr::decode(c);
-    if (p.pooled() || p.serving())
-      return Support::No(std::string("torch-op: the calling convention has no cache mode '") +
-                         ops::gdr::name(p.cache) + "'");
+    // the convention has no state slots for pool, spec, ckpt, accept and tree. gdr_grad cases
+    // are one prefill call (whether the operator has a backward is known once it is loaded).
+    if (c.op() == "gdr") {
+      const ops::gdr::Params p = ops::gdr::decode(c);
+      if (p.pooled() || p.serving())
+        return Support::No(std::string("torch-op: the calling convention has no cache mode '") +
+                           ops::gdr::name(p.cache) + "'");
+    }
     const torch_bridge::DeviceChoice& d = device();
     if (!d.device) return Support::No(d.why_not);
     return Support::Yes();
@@ -137,10 +145,39 @@ class TorchOpBackend : public Backend {
     if (Status st = load(); !st.ok()) return st;
     const torch_bridge::DeviceChoice& d = device();
     if (!d.device) return Status::Unsupported(d.why_not);
+    if (c.op() == "gdr_grad") {
+      if (const std::string why = no_autograd_kernel(*d.device); !why.empty())
+        return Status::Unsupported(why);
+      return torch_bridge::status_of(op_, [&] {
+        return torch_bridge::gdr_grad_through_autograd(
+            c, in, out, *d.device, [&](const auto& x, auto& r) { return call_recorded(x, r); });
+      });
+    }
     return torch_bridge::status_of(op_, [&] { return call(c, in, out, *d.device); });
   }
 
  private:
+  // One boxed call of the operator through the dispatcher (its Autograd kernel when an input
+  // requires gradients); o must come back a tensor, final_state is left undefined when it is not
+  // one.
+  Status call_op(const torch_bridge::GdrForwardInputs& x, torch_bridge::GdrForwardOutputs& r) {
+    auto optional = [](const std::optional<at::Tensor>& t) {
+      return t ? c10::IValue(*t) : c10::IValue();
+    };
+    torch::jit::Stack stack{
+        x.q, x.k, x.v, x.g, x.beta, optional(x.cu_seqlens), optional(x.initial_state)};
+    stack.emplace_back(1.0 / std::sqrt(static_cast<double>(x.key_dim)));
+    stack.emplace_back(x.l2);
+    handle_->callBoxed(stack);
+    if (stack.size() != 2)
+      return Status::Internal("returned " + std::to_string(stack.size()) +
+                              " values, expected (o, final_state)");
+    if (!stack[0].isTensor()) return Status::Internal("o is not a tensor");
+    r.o = stack[0].toTensor();
+    if (stack[1].isTensor()) r.final_state = stack[1].toTensor();
+    return Status::Ok();
+  }
+
   Status call(const Case& c, const TensorMap& in, TensorMap& out, const c10::Device& device) {
     c10::InferenceMode no_autograd;
     // Copies, not views: an operator that writes into its inputs must not change what the
@@ -150,27 +187,61 @@ class TorchOpBackend : public Backend {
     };
     auto optional = [&](const char* name) {
       const cases::Tensor* t = in.find(name);
-      return t ? c10::IValue(torch_bridge::to_aten(*t, device).clone()) : c10::IValue();
+      return t ? std::optional<at::Tensor>(torch_bridge::to_aten(*t, device).clone())
+               : std::nullopt;
     };
-    torch::jit::Stack stack;
-    for (const char* name : {"q", "k", "v", "g", "beta"}) stack.emplace_back(input(name));
-    stack.emplace_back(optional("cu_seqlens"));
-    stack.emplace_back(optional("initial_state"));
     const ops::gdr::Params p = ops::gdr::decode(c);
-    stack.emplace_back(1.0 / std::sqrt(static_cast<double>(p.K)));
-    stack.emplace_back(p.l2);
-    handle_->callBoxed(stack);
-
-    if (stack.size() != 2)
-      return Status::Internal("returned " + std::to_string(stack.size()) +
-                              " values, expected (o, final_state)");
-    if (!stack[0].isTensor()) return Status::Internal("o is not a tensor");
-    if (Status st = torch_bridge::copy_output(stack[0].toTensor(), out.at("o"), "o"); !st.ok())
-      return st;
     cases::Tensor* final_state = out.find("final_state");
+    torch_bridge::GdrForwardInputs x{input("q"),
+                                     input("k"),
+                                     input("v"),
+                                     input("g"),
+                                     input("beta"),
+                                     optional("cu_seqlens"),
+                                     optional("initial_state"),
+                                     p.K,
+                                     p.l2,
+                                     final_state != nullptr};
+    torch_bridge::GdrForwardOutputs r;
+    if (Status st = call_op(x, r); !st.ok()) return st;
+    if (Status st = torch_bridge::copy_output(r.o, out.at("o"), "o"); !st.ok()) return st;
     if (!final_state) return Status::Ok();  // cache=none: the final state is not looked at
-    if (!stack[1].isTensor()) return Status::Internal("final_state is not a tensor");
-    return torch_bridge::copy_output(stack[1].toTensor(), *final_state, "final_state");
+    if (!r.final_state.defined()) return Status::Internal("final_state is not a tensor");
+    return torch_bridge::copy_output(r.final_state, *final_state, "final_state");
+  }
+
+  // gdr_grad: the operator called on autograd leaves (the inputs are the leaves' own copies);
+  // its outputs must have been recorded, or there is nothing to differentiate.
+  Status call_recorded(const torch_bridge::GdrForwardInputs& x,
+                       torch_bridge::GdrForwardOutputs& r) {
+    torch_bridge::GdrForwardInputs copy = x;
+    if (x.cu_seqlens) copy.cu_seqlens = x.cu_seqlens->clone();
+    if (Status st = call_op(copy, r); !st.ok()) return st;
+    if (r.o.numel() > 0 && !r.o.requires_grad())
+      return Status::Unsupported("torch-op: op '" + op_ +
+                                 "' returned an o that autograd did not record (its kernel is "
+                                 "not differentiable: no autograd kernel)");
+    if (x.final_state && !r.final_state.defined())
+      return Status::Internal("final_state is not a tensor (the case has dht, its gradient)");
+    return Status::Ok();
+  }
+
+  // Why gdr_grad cases cannot run on the operator, or "": it needs a kernel for autograd, one
+  // registered under the Autograd key (TORCH_LIBRARY_IMPL(ns, Autograd, m)) or the device's
+  // (AutogradCPU, AutogradCUDA), or a CompositeImplicitAutograd one (m.def with a function:
+  // autograd goes through the ATen ops it calls). Without one, autograd would skip the operator
+  // (LibTorch 1.13) or hand back no gradients with a warning (2.x).
+  std::string no_autograd_kernel(const c10::Device& device) const {
+    using c10::DispatchKey;
+    const DispatchKey keys[] = {
+        DispatchKey::Autograd,
+        device.is_cuda() ? DispatchKey::AutogradCUDA : DispatchKey::AutogradCPU,
+        DispatchKey::CompositeImplicitAutograd};
+    for (DispatchKey k : keys)
+      if (handle_->hasKernelForDispatchKey(k)) return "";
+    return "torch-op: op '" + op_ +
+           "' has no autograd kernel (register its backward with TORCH_LIBRARY_IMPL(ns, "
+           "Autograd, m); docs/gradients.md)";
   }
 
   Status load() {

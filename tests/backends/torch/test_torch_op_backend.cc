@@ -1,12 +1,16 @@
-// Backend "torch-op": the example operator library passes the gate suite; the leaky example is
-// flagged leak exactly where the same bug built into the harness (wrong:ignore-cu-seqlens) is;
-// a missing library, a missing operator, a schema off the calling convention, an operator that
-// throws or returns malformed tensors all give verdict error with the reason.
+// Backend "torch-op": the example operator library passes the gate suite, gdr_grad included
+// (through its registered backward); the leaky example is flagged leak exactly where the same bug
+// built into the harness (wrong:ignore-cu-seqlens) is, and the example whose backward carries the
+// state gradient across sequences exactly where wrong:grad-carry-state is; an operator without a
+// backward is unsupported on gdr_grad; a missing library, a missing operator, a schema off the
+// calling convention, an operator that throws or returns malformed tensors all give verdict error
+// with the reason.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/library.h>
 
+#include <map>
 #include <string>
 
 #include "backends/torch/torch_backend.h"
@@ -14,6 +18,7 @@
 #include "cases/suites.h"
 #include "harness/backend.h"
 #include "harness/runner.h"
+#include "ops/gdr_grad/params.h"
 
 namespace deltacheck::backends {
 namespace {
@@ -22,6 +27,7 @@ using cases::Case;
 
 constexpr const char* kExampleLib = DELTACHECK_EXAMPLE_OP;
 constexpr const char* kLeakyLib = DELTACHECK_EXAMPLE_LEAKY_OP;
+constexpr const char* kLeakyGradLib = DELTACHECK_EXAMPLE_LEAKY_GRAD_OP;
 
 std::unique_ptr<Backend> torch_op(const std::string& library, const std::string& op,
                                   const std::string& device = "cpu") {
@@ -124,6 +130,85 @@ TEST(TorchOpBackend, LeakyExampleOperatorIsFlaggedLeak) {
     }
   }
   EXPECT_GT(leaks, 40);
+}
+
+std::vector<Case> grad_cases(const std::string& suite) {
+  std::vector<Case> out;
+  for (const Case& c : cases::suite(suite))
+    if (c.op() == "gdr_grad") out.push_back(c);
+  return out;
+}
+
+// gdr_grad through torch::autograd::grad on the operator's outputs: its registered backward (the
+// CPU backward kernel) passes every gradient case of the gate, the context-parallel ones (two
+// calls) included, with probes.
+TEST(TorchOpBackend, ExampleOperatorsBackwardPassesTheGradientGate) {
+  auto backend = torch_op(kExampleLib, "deltacheck_example::chunk_gated_delta_rule");
+  const std::vector<Case> cs = grad_cases("gate");
+  EXPECT_GE(cs.size(), 77u);
+  for (const Case& c : cs) {
+    const CaseResult r = run_case(prepare(c), *backend, /*probes=*/true);
+    EXPECT_EQ(r.verdict, Verdict::kPass) << c.id() << ": " << r.message;
+  }
+}
+
+// A registered backward that adds sequence i + 1's dh0 to sequence i's dht: on every gradient
+// case of the gate, the verdict of wrong:grad-carry-state (the same bug in the harness,
+// tests/harness/test_grad_cases.cc): leak where a later sequence reaches an earlier one's
+// gradients, fail on the tail and context-parallel cases (neither is repacked, so the leak cannot
+// be confirmed alone), pass with one sequence and where strong decay fades what is carried below
+// the tolerance. Its forward is right.
+TEST(TorchOpBackend, BackwardCarryingTheStateGradientIsFlaggedLeak) {
+  auto leaky = torch_op(kLeakyGradLib, "deltacheck_example_leaky_grad::chunk_gated_delta_rule");
+  auto same_bug = make_backend("wrong:grad-carry-state");
+  std::map<Verdict, int> n;
+  for (const Case& c : grad_cases("gate")) {
+    const PreparedCase pc = prepare(c);
+    const CaseResult r = run_case(pc, *leaky);
+    EXPECT_EQ(r.verdict, run_case(pc, *same_bug).verdict) << c.id() << ": " << r.message;
+    ++n[r.verdict];
+    const ops::gdr_grad::Params p = ops::gdr_grad::decode(c);
+    if (r.verdict == Verdict::kLeak) {
+      EXPECT_TRUE(p.tail == 0 && p.cp == 0) << c.id();
+      EXPECT_NE(r.message.find(" alone"), std::string::npos) << r.message;  // confirmed alone
+    }
+    if (p.rule.N < 2) {
+      EXPECT_EQ(r.verdict, Verdict::kPass) << c.id() << ": " << r.message;
+    }
+  }
+  EXPECT_EQ(n[Verdict::kLeak], 54);
+  EXPECT_EQ(n[Verdict::kFail], 7);  // 3 of the 5 tail cases, 4 of the 5 cp cases
+  EXPECT_EQ(n[Verdict::kPass], 16);
+  for (const char* id : {"gdr(layout=packed[63,0,65],seed=3)", "gdr(layout=batch[3x17],seed=4)"})
+    EXPECT_EQ(run_one(*leaky, id).verdict, Verdict::kPass) << id;
+}
+
+// Without an autograd kernel there is no backward to check: unsupported, naming the operator,
+// whether no autograd kernel is registered (the leaky example registers only a CPU kernel;
+// deltacheck_test::no_kernel none) or the kernel autograd reaches does not record its outputs (a
+// catch-all kernel that is not made of differentiable ATen ops). Their gdr cases still run.
+TEST(TorchOpBackend, OperatorWithoutABackwardIsUnsupportedOnGradients) {
+  const std::string id = "gdr_grad(layout=packed[20,0,30],dht=rand,seed=3)";
+  const CaseResult r =
+      run_one(*torch_op(kLeakyLib, "deltacheck_example_leaky::chunk_gated_delta_rule"), id);
+  EXPECT_EQ(r.verdict, Verdict::kUnsupported) << r.message;
+  EXPECT_NE(r.message.find(
+                "op 'deltacheck_example_leaky::chunk_gated_delta_rule' has no autograd kernel"),
+            std::string::npos)
+      << r.message;
+  const CaseResult none = run_one(*torch_op(kExampleLib, "deltacheck_test::no_kernel"), id);
+  EXPECT_EQ(none.verdict, Verdict::kUnsupported) << none.message;
+  EXPECT_NE(none.message.find("'deltacheck_test::no_kernel' has no autograd kernel"),
+            std::string::npos)
+      << none.message;
+  const CaseResult unrecorded = run_one(*torch_op(kExampleLib, "deltacheck_test::wrong_dtype"), id);
+  EXPECT_EQ(unrecorded.verdict, Verdict::kUnsupported) << unrecorded.message;
+  EXPECT_NE(unrecorded.message.find("autograd did not record"), std::string::npos)
+      << unrecorded.message;
+  EXPECT_EQ(run_one(*torch_op(kLeakyLib, "deltacheck_example_leaky::chunk_gated_delta_rule"),
+                    "gdr(layout=single[30],seed=3)")
+                .verdict,
+            Verdict::kPass);
 }
 
 void expect_error(Backend& b, const std::string& reason_part) {
