@@ -47,7 +47,12 @@ std::vector<reference::Arithmetic> grad_baselines(cases::DType dtype, MatmulPrec
   reference::Arithmetic plain;
   plain.fp32 = true;
   plain.output = act;
-  std::vector<reference::Arithmetic> out{plain};
+  // The chunked form as FLA's and Transformers' naive chunk functions run under autograd: its
+  // fp32 error (exp(G_i - G_j) over a chunk of strong decay, dg by the reverse cumulative sum)
+  // is what a correct chunked backward may have (docs/gradients.md, "The chunked baseline").
+  reference::Arithmetic chunked = plain;
+  chunked.form = reference::Formulation::kChunked;
+  std::vector<reference::Arithmetic> out{plain, chunked};
   reference::Arithmetic lowp = plain;
   lowp.operands = act != Rounding::kNone                ? act
                   : precision == MatmulPrecision::kTF32 ? Rounding::kTF32

@@ -7,7 +7,20 @@
 namespace deltacheck::ops {
 namespace {
 
-std::string layout_of(const std::vector<Piece>& pieces) {
+// Pieces of equal length cut from a batch layout stay a batch (one row each, no cu_seqlens): the
+// probes (order: the rows reversed; split: every row cut at the same token) then ask a batch
+// kernel about its own layout, not about packing, which it may not support (Transformers' torch
+// functions ignore cu_seqlens: a packed row would show their packing leak on a batch case).
+bool stays_batch(const cases::Layout& L, const std::vector<Piece>& pieces) {
+  if (L.kind != cases::Layout::Kind::kBatch || pieces.size() < 2) return false;
+  for (const Piece& p : pieces)
+    if (p.length != pieces[0].length) return false;
+  return true;
+}
+
+std::string layout_of(const std::vector<Piece>& pieces, bool batch) {
+  if (batch)
+    return "batch[" + std::to_string(pieces.size()) + "x" + std::to_string(pieces[0].length) + "]";
   if (pieces.size() == 1) return "single[" + std::to_string(pieces[0].length) + "]";
   std::string s = "packed[";
   for (size_t i = 0; i < pieces.size(); ++i) s += (i ? "," : "") + std::to_string(pieces[i].length);
@@ -54,8 +67,9 @@ Repacked repack(const cases::Case& c, const cases::TensorMap& in, const std::vec
   const Operation& op = operation_for(c);
   const cases::Layout& L = c.layout();
   const int64_t total = L.total_tokens(), n = L.num_seqs();
+  const bool batch = stays_batch(L, pieces);
   auto changes = overrides;
-  changes.emplace_back("layout", layout_of(pieces));
+  changes.emplace_back("layout", layout_of(pieces, batch));
   Repacked r{c.with(changes), {}};
   int64_t new_tokens = 0;
   for (const Piece& p : pieces) {
@@ -73,6 +87,12 @@ Repacked repack(const cases::Case& c, const cases::TensorMap& in, const std::vec
     std::vector<int64_t> shape;
     if (major == TensorMajor::kToken) {
       shape = token_shape(t, total, new_tokens);
+      const std::vector<int64_t>& was = t.shape();
+      if (batch && was.size() >= 2 && was[0] == L.batch() && was[1] == L.lengths.at(0)) {
+        // [B, T, ...] rows stay rows: [N, T, ...], the same bytes as [1, N T, ...]
+        shape[0] = static_cast<int64_t>(pieces.size());
+        shape[1] = pieces[0].length;
+      }
     } else {
       shape = t.shape();
       shape[0] = static_cast<int64_t>(pieces.size());
@@ -88,7 +108,7 @@ Repacked repack(const cases::Case& c, const cases::TensorMap& in, const std::vec
     }
     r.tensors.add(std::move(out));
   }
-  if (pieces.size() > 1) {
+  if (pieces.size() > 1 && !batch) {
     cases::Tensor cu("cu_seqlens", cases::DType::kI64, {static_cast<int64_t>(pieces.size()) + 1});
     int64_t acc = 0;
     cu.as<int64_t>()[0] = 0;

@@ -72,12 +72,267 @@ void forward_step(const TokenView<T>& tv, const double* v, int64_t K, int64_t V,
     for (int64_t j = 0; j < V; ++j) S[i * V + j] += tv.k[i] * round_to(op, u[j]);
 }
 
+// One value head of one sequence in the chunked form (Formulation::kChunked), as FLA's naive
+// chunk_gated_delta_rule and Transformers' torch_chunk_gated_delta_rule compute it under
+// autograd, derived by hand. Per chunk of C tokens (never across the sequence's end), in compute
+// type R: G = cumsum(g) within the chunk, L_ij = exp(G_i - G_j) (j <= i), kb = beta k,
+// vb = beta v, M = strictly_lower(kb k^T * L), Tm = (I + M)^-1 (forward substitution),
+// u = Tm vb, w = Tm (kb exp(G)), v_new = u - w S, o = exp(G) q S + tril(q k^T * L) v_new,
+// S' = exp(G_last) S + (k exp(G_last - G))^T v_new. The reverse pass takes each step back, with
+// dTm -> dM = -Tm^T dTm Tm^T and dg as the reverse cumulative sum of dG over the chunk (the
+// form autograd of cumsum gives, which loses the small dg of strongly decayed tokens in fp32).
+// `q` holds the scaled normalized queries, `k` the normalized keys ([n][K]); `dq`, `dk`
+// accumulate the gradients w.r.t. them; `tok(t)` is token t's index into the [.., HV] arrays.
+template <typename R, typename Tok>
+void chunked_head(const GatedDeltaRuleArgs& a, const double* d_output, int64_t n, int64_t C,
+                  const R* q, const R* k, Tok tok, R* S0, R* dS, R* dq, R* dk,
+                  GatedDeltaRuleGradients& r, Rounding out) {
+  const int64_t K = a.key_dim, V = a.value_dim, KV = K * V;
+  const int64_t chunks = (n + C - 1) / C;
+  // The state at the start of every chunk (forward).
+  std::vector<R> starts(static_cast<size_t>((chunks + 1) * KV));
+  std::copy(S0, S0 + KV, starts.begin());
+  std::vector<R> G(C), Lm(C * C), kb(C * K), kbe(C * K), vb(C * V), Tm(C * C), u(C * V), w(C * K),
+      vnew(C * V), Aqk(C * C), qe(C * K), kd(C * K);
+  // Everything of one chunk's forward, from its start state S.
+  auto forward = [&](int64_t c, const R* S) -> int64_t {
+    const int64_t t0 = c * C, m = std::min(C, n - t0);
+    R acc = R(0);
+    for (int64_t i = 0; i < m; ++i) G[i] = acc += R(a.g[tok(t0 + i)]);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j <= i; ++j) Lm[i * C + j] = std::exp(G[i] - G[j]);
+    for (int64_t i = 0; i < m; ++i) {
+      const R b = R(a.beta[tok(t0 + i)]), eg = std::exp(G[i]), egl = std::exp(G[m - 1] - G[i]);
+      for (int64_t x = 0; x < K; ++x) {
+        kb[i * K + x] = b * k[(t0 + i) * K + x];
+        kbe[i * K + x] = kb[i * K + x] * eg;
+        qe[i * K + x] = q[(t0 + i) * K + x] * eg;
+        kd[i * K + x] = k[(t0 + i) * K + x] * egl;
+      }
+      for (int64_t y = 0; y < V; ++y) vb[i * V + y] = b * R(a.v[tok(t0 + i) * V + y]);
+    }
+    // Tm row i = e_i - sum_{j < i} M_ij Tm row j, M_ij = (kb_i . k_j) L_ij.
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t x = 0; x < m; ++x) Tm[i * C + x] = R(x == i);
+      for (int64_t j = 0; j < i; ++j) {
+        R d = R(0);
+        for (int64_t x = 0; x < K; ++x) d += kb[i * K + x] * k[(t0 + j) * K + x];
+        const R mij = d * Lm[i * C + j];
+        for (int64_t x = 0; x <= j; ++x) Tm[i * C + x] -= mij * Tm[j * C + x];
+      }
+      for (int64_t j = 0; j <= i; ++j) {
+        R d = R(0);
+        for (int64_t x = 0; x < K; ++x) d += q[(t0 + i) * K + x] * k[(t0 + j) * K + x];
+        Aqk[i * C + j] = d * Lm[i * C + j];
+      }
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t y = 0; y < V; ++y) u[i * V + y] = R(0);
+      for (int64_t x = 0; x < K; ++x) w[i * K + x] = R(0);
+      for (int64_t j = 0; j <= i; ++j) {
+        const R tij = Tm[i * C + j];
+        for (int64_t y = 0; y < V; ++y) u[i * V + y] += tij * vb[j * V + y];
+        for (int64_t x = 0; x < K; ++x) w[i * K + x] += tij * kbe[j * K + x];
+      }
+      for (int64_t y = 0; y < V; ++y) {
+        R ws = R(0);
+        for (int64_t x = 0; x < K; ++x) ws += w[i * K + x] * S[x * V + y];
+        vnew[i * V + y] = u[i * V + y] - ws;
+      }
+    }
+    return m;
+  };
+  for (int64_t c = 0; c < chunks; ++c) {
+    const R* S = &starts[c * KV];
+    R* next = &starts[(c + 1) * KV];
+    const int64_t m = forward(c, S);
+    const R egl = std::exp(G[m - 1]);
+    for (int64_t x = 0; x < K; ++x)
+      for (int64_t y = 0; y < V; ++y) {
+        R acc = egl * S[x * V + y];
+        for (int64_t i = 0; i < m; ++i) acc += kd[i * K + x] * vnew[i * V + y];
+        next[x * V + y] = acc;
+      }
+  }
+
+  std::vector<R> dO(C * V), dvnew(C * V), dkd(C * K), dqe(C * K), dw(C * K), dkbe(C * K),
+      dkb(C * K), dvb(C * V), dTm(C * C), dM(C * C), dLL(C * C), dG(C), tmp(C * C), dSprev(KV);
+  for (int64_t c = chunks - 1; c >= 0; --c) {
+    const int64_t t0 = c * C;
+    const R* S = &starts[c * KV];
+    const int64_t m = forward(c, S);
+    const R egl = std::exp(G[m - 1]);
+    std::fill(dG.begin(), dG.end(), R(0));
+    std::fill(dLL.begin(), dLL.end(), R(0));  // dL * L: what exp(G_i - G_j) passes to dG
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t y = 0; y < V; ++y) dO[i * V + y] = R(d_output[tok(t0 + i) * V + y]);
+    // S' = egl S + kd^T v_new.
+    R dglast = R(0);
+    for (int64_t e = 0; e < KV; ++e) {
+      dSprev[e] = egl * dS[e];
+      dglast += dS[e] * egl * S[e];
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t x = 0; x < K; ++x) {
+        R acc = R(0);
+        for (int64_t y = 0; y < V; ++y) acc += vnew[i * V + y] * dS[x * V + y];
+        dkd[i * K + x] = acc;
+      }
+      for (int64_t y = 0; y < V; ++y) {
+        R acc = R(0);
+        for (int64_t x = 0; x < K; ++x) acc += kd[i * K + x] * dS[x * V + y];
+        dvnew[i * V + y] = acc;
+      }
+    }
+    // o = qe S + Aqk v_new.
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t x = 0; x < K; ++x) {
+        R acc = R(0);
+        for (int64_t y = 0; y < V; ++y) acc += dO[i * V + y] * S[x * V + y];
+        dqe[i * K + x] = acc;
+      }
+      for (int64_t j = 0; j <= i; ++j) {
+        R dA = R(0);
+        for (int64_t y = 0; y < V; ++y) dA += dO[i * V + y] * vnew[j * V + y];
+        tmp[i * C + j] = dA;  // dAqk
+        for (int64_t y = 0; y < V; ++y) dvnew[j * V + y] += Aqk[i * C + j] * dO[i * V + y];
+      }
+    }
+    for (int64_t x = 0; x < K; ++x)
+      for (int64_t y = 0; y < V; ++y) {
+        R acc = R(0);
+        for (int64_t i = 0; i < m; ++i) acc += qe[i * K + x] * dO[i * V + y];
+        dSprev[x * V + y] += acc;
+      }
+    // v_new = u - w S: du = dv_new, dw = -dv_new S^T, dS -= w^T dv_new.
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t x = 0; x < K; ++x) {
+        R acc = R(0);
+        for (int64_t y = 0; y < V; ++y) acc += dvnew[i * V + y] * S[x * V + y];
+        dw[i * K + x] = -acc;
+      }
+    for (int64_t x = 0; x < K; ++x)
+      for (int64_t y = 0; y < V; ++y) {
+        R acc = R(0);
+        for (int64_t i = 0; i < m; ++i) acc += w[i * K + x] * dvnew[i * V + y];
+        dSprev[x * V + y] -= acc;
+      }
+    // Aqk = tril(q k^T * L): dq += (dA * L) k, dk += (dA * L)^T q, dL += dA * (q k^T).
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j <= i; ++j) {
+        const R dA = tmp[i * C + j], dAL = dA * Lm[i * C + j];
+        for (int64_t x = 0; x < K; ++x) {
+          dq[(t0 + i) * K + x] += dAL * k[(t0 + j) * K + x];
+          dk[(t0 + j) * K + x] += dAL * q[(t0 + i) * K + x];
+        }
+        dLL[i * C + j] += dA * Aqk[i * C + j];
+      }
+    // kd = k exp(G_last - G), qe = q exp(G).
+    for (int64_t i = 0; i < m; ++i) {
+      const R eg = std::exp(G[i]), egd = std::exp(G[m - 1] - G[i]);
+      R s1 = R(0), s2 = R(0);
+      for (int64_t x = 0; x < K; ++x) {
+        dk[(t0 + i) * K + x] += dkd[i * K + x] * egd;
+        s1 += dkd[i * K + x] * kd[i * K + x];
+        dq[(t0 + i) * K + x] += dqe[i * K + x] * eg;
+        s2 += dqe[i * K + x] * qe[i * K + x];
+      }
+      dglast += s1;
+      dG[i] += s2 - s1;
+    }
+    // u = Tm vb, w = Tm kbe: dTm = du vb^T + dw kbe^T, dvb = Tm^T du, dkbe = Tm^T dw.
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j <= i; ++j) {
+        R acc = R(0);
+        for (int64_t y = 0; y < V; ++y) acc += dvnew[i * V + y] * vb[j * V + y];
+        for (int64_t x = 0; x < K; ++x) acc += dw[i * K + x] * kbe[j * K + x];
+        dTm[i * C + j] = acc;
+      }
+    for (int64_t j = 0; j < m; ++j) {
+      for (int64_t y = 0; y < V; ++y) {
+        R acc = R(0);
+        for (int64_t i = j; i < m; ++i) acc += Tm[i * C + j] * dvnew[i * V + y];
+        dvb[j * V + y] = acc;
+      }
+      for (int64_t x = 0; x < K; ++x) {
+        R acc = R(0);
+        for (int64_t i = j; i < m; ++i) acc += Tm[i * C + j] * dw[i * K + x];
+        dkbe[j * K + x] = acc;
+      }
+    }
+    // Tm = (I + M)^-1: dM = -Tm^T dTm Tm^T, strictly lower; tmp = dTm Tm^T (both factors are
+    // lower triangular: the sum runs to min(i, l)).
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t l = 0; l < m; ++l) {
+        R acc = R(0);
+        for (int64_t j = 0; j <= std::min(i, l); ++j) acc += dTm[i * C + j] * Tm[l * C + j];
+        tmp[i * C + l] = acc;
+      }
+    for (int64_t p = 0; p < m; ++p)
+      for (int64_t l = 0; l < p; ++l) {
+        R acc = R(0);
+        for (int64_t i = p; i < m; ++i) acc += Tm[i * C + p] * tmp[i * C + l];
+        dM[p * C + l] = -acc;
+      }
+    // kbe = kb exp(G): dkb = dkbe exp(G), dG += dkbe . kbe.
+    for (int64_t i = 0; i < m; ++i) {
+      const R eg = std::exp(G[i]);
+      R s = R(0);
+      for (int64_t x = 0; x < K; ++x) {
+        dkb[i * K + x] = dkbe[i * K + x] * eg;
+        s += dkbe[i * K + x] * kbe[i * K + x];
+      }
+      dG[i] += s;
+    }
+    // M = strictly_lower(kb k^T * L): dkb += (dM * L) k, dk += (dM * L)^T kb, dL += dM (kb . k).
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < i; ++j) {
+        const R dML = dM[i * C + j] * Lm[i * C + j];
+        R d = R(0);
+        for (int64_t x = 0; x < K; ++x) {
+          d += kb[i * K + x] * k[(t0 + j) * K + x];
+          dkb[i * K + x] += dML * k[(t0 + j) * K + x];
+          dk[(t0 + j) * K + x] += dML * kb[i * K + x];
+        }
+        dLL[i * C + j] += dML * d;
+      }
+    // L_ij = exp(G_i - G_j): dG_i += dL_ij L_ij, dG_j -= dL_ij L_ij (the diagonal cancels).
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < i; ++j) {
+        const R x = dLL[i * C + j];
+        dG[i] += x;
+        dG[j] -= x;
+      }
+    dG[m - 1] += dglast;
+    // kb = beta k, vb = beta v; G = cumsum(g): dg = reverse cumsum of dG.
+    R rev = R(0);
+    for (int64_t i = m - 1; i >= 0; --i) {
+      const int64_t t = tok(t0 + i);
+      const R b = R(a.beta[t]);
+      R db = R(0);
+      for (int64_t x = 0; x < K; ++x) {
+        dk[(t0 + i) * K + x] += dkb[i * K + x] * b;
+        db += dkb[i * K + x] * k[(t0 + i) * K + x];
+      }
+      for (int64_t y = 0; y < V; ++y) {
+        db += dvb[i * V + y] * R(a.v[t * V + y]);
+        r.dv[t * V + y] = static_cast<double>(round_to(out, R(dvb[i * V + y] * b)));
+      }
+      r.dbeta[t] = static_cast<double>(round_to(out, db));
+      rev += dG[i];
+      r.dg[t] = static_cast<double>(rev);
+    }
+    std::copy(dSprev.begin(), dSprev.end(), dS);
+  }
+}
+
 // The backward in compute type T; `op` rounds matmul operands (normalized q and k, do, the
 // replayed states, u, err and the state gradient where they enter a product), `out` the
 // gradients of activations as a kernel stores them (dq, dk, dv, dbeta; dg and dh0 stay fp32).
 template <typename R>
 GatedDeltaRuleGradients backward(const GatedDeltaRuleArgs& a, const double* d_output,
-                                 const double* d_final_state, Rounding op, Rounding out) {
+                                 const double* d_final_state, Rounding op, Rounding out,
+                                 int64_t chunk = 0) {
   validate_backward(a, d_output);
   const int64_t B = a.batch, T = a.seq_len, H = a.num_heads, HV = a.num_value_heads;
   const int64_t K = a.key_dim, V = a.value_dim, group = HV / H, KV = K * V;
@@ -127,6 +382,19 @@ GatedDeltaRuleGradients backward(const GatedDeltaRuleArgs& a, const double* d_ou
         return {&qs[t * K], &ks[t * K], decay[t], beta[t]};
       };
       const int64_t state_row = (L.seq * HV + hv) * KV;
+      if (chunk > 0) {
+        std::vector<R> S0(KV, R(0));
+        if (a.initial_state)
+          std::copy(a.initial_state + state_row, a.initial_state + state_row + KV, S0.begin());
+        std::fill(dS.begin(), dS.end(), R(0));
+        if (d_final_state)
+          std::copy(d_final_state + state_row, d_final_state + state_row + KV, dS.begin());
+        if (L.length > 0)
+          chunked_head(a, d_output, L.length, chunk, qs.data(), ks.data(), token, S0.data(),
+                       dS.data(), dq_hat.data(), dk_hat.data(), r, out);
+        std::copy(dS.begin(), dS.end(), r.dh0.begin() + state_row);
+        continue;
+      }
 
       // Forward: the state at the start of every block.
       const int64_t blocks = (L.length + kBlock - 1) / kBlock;
@@ -245,10 +513,14 @@ GatedDeltaRuleGradients gated_delta_rule_backward(const GatedDeltaRuleArgs& a,
                                                   const double* d_output,
                                                   const double* d_final_state,
                                                   const Arithmetic& how) {
-  if (how.form != Formulation::kRecurrent)
-    throw std::invalid_argument("the backward baselines are token recurrences only");
-  return how.fp32 ? backward<float>(a, d_output, d_final_state, how.operands, how.output)
-                  : backward<double>(a, d_output, d_final_state, how.operands, how.output);
+  if (how.form == Formulation::kChunked) {
+    if (how.chunk_size < 1) throw std::invalid_argument("chunk_size must be >= 1");
+    if (how.operands != Rounding::kNone)
+      throw std::invalid_argument("the chunked backward baseline computes in fp32 or FP64 only");
+  }
+  const int64_t chunk = how.form == Formulation::kChunked ? how.chunk_size : 0;
+  return how.fp32 ? backward<float>(a, d_output, d_final_state, how.operands, how.output, chunk)
+                  : backward<double>(a, d_output, d_final_state, how.operands, how.output, chunk);
 }
 
 }  // namespace deltacheck::reference

@@ -36,12 +36,16 @@ GatedDeltaRuleGradients gated_delta_rule_backward(const GatedDeltaRuleArgs& args
                                                   const double* d_output,
                                                   const double* d_final_state);
 
-// The same backward in the arithmetic of a tolerance baseline (only the token recurrence,
-// Formulation::kRecurrent): compute type fp32 or FP64; `how.operands` rounds the matmul operands
+// The same backward in the arithmetic of a tolerance baseline: compute type fp32 or FP64, and
+// either the token recurrence (Formulation::kRecurrent): `how.operands` rounds the matmul operands
 // (normalized q and k, do, the replayed states, u, err and the state gradient where they enter a
-// product) to bf16 / fp16 / TF32, `how.output` the activation gradients (dq, dk, dv, dbeta) as a
-// kernel stores them; dg and dh0 stay in the compute type. With FP64 and no rounding it gives the
-// oracle's bits. Throws std::invalid_argument for a chunked formulation.
+// product) to bf16 / fp16 / TF32; or the chunked form (Formulation::kChunked, chunks of
+// `how.chunk_size` tokens of each sequence) as FLA's and Transformers' naive chunk functions
+// compute under autograd: chunk-local cumulative gates G, the UT transform, and dg as the
+// reverse cumulative sum of dG (operands not rounded: kNone only). `how.output` rounds the
+// activation gradients (dq, dk, dv, dbeta) as a kernel stores them; dg and dh0 stay in the
+// compute type. In FP64 both forms equal the oracle (the recurrence bit for bit, the chunked form
+// to rounding). Throws std::invalid_argument for a chunked form with rounded operands.
 GatedDeltaRuleGradients gated_delta_rule_backward(const GatedDeltaRuleArgs& args,
                                                   const double* d_output,
                                                   const double* d_final_state,

@@ -166,8 +166,12 @@ def autograd_gdr_grad(forward, cut_tail=True):
             outputs.append(ht)
             upstream.append(dht.to(ht.dtype))
         names = list(leaves)
-        grads = torch.autograd.grad(outputs, [leaves[n] for n in names], upstream,
-                                    allow_unused=True)
+        # An output autograd did not record (no token to differentiate: a zero-length sequence
+        # run alone, where a forward may return fresh tensors) passes no gradient back.
+        pairs = [(x, u) for x, u in zip(outputs, upstream) if x.requires_grad]
+        grads = (torch.autograd.grad([x for x, _ in pairs], [leaves[n] for n in names],
+                                     [u for _, u in pairs], allow_unused=True)
+                 if pairs else [None] * len(names))
         result = {}
         for name, grad in zip(names, grads):
             grad = torch.zeros_like(leaves[name]) if grad is None else grad

@@ -193,8 +193,9 @@ TEST(GdrGradOracle, OutputsSlicesAndTail) {
   EXPECT_TRUE(op.carried_states(c).empty());  // no split probe
 }
 
-// The baselines: the same backward in fp32 (with bf16 operands for a bf16 case), near the oracle
-// but not equal to it; the FP64 arithmetic without rounding gives the oracle's bits.
+// The baselines: the backward's recurrent and chunked forms in fp32 (and the recurrence with bf16
+// operands for a bf16 case), near the oracle but not equal to it; the FP64 arithmetic without
+// rounding gives the oracle's bits, the FP64 chunked form its values to rounding.
 TEST(GdrGradOracle, BaselinesAreTheBackwardInTheCasesPrecision) {
   for (const char* dtype : {"fp32", "bf16"}) {
     const Case c = Case::parse(std::string("gdr_grad(layout=packed[63,0,65],K=16,V=16,dtype=") +
@@ -203,7 +204,8 @@ TEST(GdrGradOracle, BaselinesAreTheBackwardInTheCasesPrecision) {
     const Operation& op = operation_for(c);
     const Values oracle = op.oracle(c, in);
     const std::vector<Baseline> bs = op.baselines(c, in, MatmulPrecision::kDefault);
-    ASSERT_EQ(bs.size(), std::string(dtype) == "fp32" ? 1u : 2u);
+    ASSERT_EQ(bs.size(), std::string(dtype) == "fp32" ? 2u : 3u);
+    EXPECT_NE(bs[1].name.find("chunked fp32"), std::string::npos) << bs[1].name;
     for (const Baseline& b : bs)
       for (const auto& [name, ref] : oracle) {
         double num = 0, den = 0;
@@ -230,6 +232,12 @@ TEST(GdrGradOracle, BaselinesAreTheBackwardInTheCasesPrecision) {
   EXPECT_EQ(fp64.dh0, exact.dh0);
   reference::Arithmetic chunked;
   chunked.form = reference::Formulation::kChunked;
+  chunked.chunk_size = 4;  // cuts both sequences
+  const auto fp64_chunked =
+      reference::gated_delta_rule_backward(a, dout.data(), dht.data(), chunked);
+  for (size_t i = 0; i < exact.dg.size(); ++i) EXPECT_NEAR(fp64_chunked.dg[i], exact.dg[i], 1e-12);
+  for (size_t i = 0; i < exact.dq.size(); ++i) EXPECT_NEAR(fp64_chunked.dq[i], exact.dq[i], 1e-12);
+  chunked.operands = reference::Rounding::kBF16;  // the chunked form has no rounded operands
   EXPECT_THROW(reference::gated_delta_rule_backward(a, dout.data(), dht.data(), chunked),
                std::invalid_argument);
 }

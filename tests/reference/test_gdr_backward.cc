@@ -174,6 +174,24 @@ const Spec kSpecs[] = {
 INSTANTIATE_TEST_SUITE_P(Reference, BackwardCrossCheck, ::testing::ValuesIn(kSpecs),
                          [](const auto& info) { return info.param.name; });
 
+// The chunked backward baseline (Formulation::kChunked) in FP64 is the same function: it agrees
+// with the oracle on every spec, for chunk sizes that cut sequences anywhere (1: every token its
+// own chunk; 3 and 4: cuts inside sequences; 64: one chunk per sequence), and in fp32 it stays
+// within fp32's reach of it (the strong-decay dg of the cumulative form excepted, see below).
+TEST_P(BackwardCrossCheck, ChunkedFormInFp64EqualsTheOracle) {
+  const Problem p(GetParam());
+  const GatedDeltaRuleGradients ref = p.backward();
+  for (int64_t chunk : {1, 3, 4, 64}) {
+    Arithmetic how;
+    how.form = Formulation::kChunked;
+    how.chunk_size = chunk;
+    const GatedDeltaRuleGradients c = gated_delta_rule_backward(
+        p.args(), p.d_out.data(), p.sp.dht ? p.d_ht.data() : nullptr, how);
+    const Disagreement d = compare(c, ref);
+    EXPECT_LT(d.worst, 1e-11) << "chunk " << chunk << ": worst tensor " << d.tensor;
+  }
+}
+
 // The cross-check catches the bug classes it exists for (it can fail).
 TEST(BackwardCrossCheck, CatchesStateGradientCarriedAcrossABoundary) {
   Spec s = kSpecs[0];
@@ -307,6 +325,29 @@ TEST(BackwardCrossCheck, CatchesDgByACancellationFormUnderStrongDecay) {
   const auto strong = run(-20.0, -10.0);  // same-token terms O(1), dg down to exp(-20)
   EXPECT_LT(strong.direct, 1e-12);
   EXPECT_GT(strong.cancelling, 1e-6) << "the cancellation form kept its digits";
+}
+
+TEST(ChunkedBackwardBaseline, CanFailAndLosesDgUnderStrongDecayInFp32) {
+  const Problem p(kSpecs[3]);  // strong_decay
+  const GatedDeltaRuleGradients ref = p.backward();
+  Arithmetic how;
+  how.form = Formulation::kChunked;
+  how.chunk_size = 64;
+  how.fp32 = true;
+  const GatedDeltaRuleGradients f32 =
+      gated_delta_rule_backward(p.args(), p.d_out.data(), p.d_ht.data(), how);
+  // dq ... dbeta and dh0 within fp32's reach; dg: the reverse cumulative sum of dG, whose O(1)
+  // terms cancel to the small dg of strongly decayed tokens, keeps no digit of some of them.
+  GatedDeltaRuleGradients no_dg = f32;
+  no_dg.dg = ref.dg;
+  EXPECT_LT(compare(no_dg, ref).worst, 1e-5);
+  EXPECT_GT(elementwise_relative(f32.dg, ref.dg), 1e-4);
+  // A wrong input (a gate of one token changed) moves its result: the comparison can fail.
+  Problem q = p;
+  q.g[3] += 0.5;
+  const Disagreement d =
+      compare(gated_delta_rule_backward(q.args(), q.d_out.data(), q.d_ht.data(), how), ref);
+  EXPECT_GT(d.worst, 1e-3);
 }
 
 TEST(GatedDeltaRuleBackward, EmptySequenceHandsDhtBackAndPaddingTailIsExactlyZero) {
