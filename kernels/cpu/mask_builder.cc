@@ -6,7 +6,8 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <thread>
+
+#include "core/parallel_for.h"
 
 namespace deltacheck::kernels::cpu {
 namespace {
@@ -122,29 +123,24 @@ Interval row_interval(const Layout& l, int64_t b, int64_t q) {
   return {lo, hi};
 }
 
-// Runs body(row_begin, row_end) over the B * q_len rows, on several threads for large masks.
+// Runs body(row_begin, row_end) over the B * q_len rows, in blocks of rows on the project's pool
+// (core/parallel_for.h) for large masks. Rows are independent: the bits do not depend on the split.
 template <typename Body>
 void for_rows(const MaskParams& p, const Body& body) {
   const int64_t rows = p.batch * p.q_len;
   const int64_t elements = rows * p.kv_length;
   constexpr int64_t kMinElementsPerThread = int64_t{1} << 18;
-  int threads = p.num_threads > 0
-                    ? p.num_threads
-                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads = static_cast<int>(
-      std::min<int64_t>({threads, rows, std::max<int64_t>(1, elements / kMinElementsPerThread)}));
+  const int threads =
+      static_cast<int>(std::min<int64_t>({core::resolve_threads(p.num_threads), rows,
+                                          std::max<int64_t>(1, elements / kMinElementsPerThread)}));
   if (threads <= 1) {
     body(0, rows);
     return;
   }
-  std::vector<std::thread> pool;
   const int64_t per = (rows + threads - 1) / threads;
-  for (int t = 0; t < threads; ++t) {
-    const int64_t begin = t * per, end = std::min(rows, begin + per);
-    if (begin >= end) break;
-    pool.emplace_back([&body, begin, end] { body(begin, end); });
-  }
-  for (std::thread& th : pool) th.join();
+  const int64_t blocks = (rows + per - 1) / per;
+  core::parallel_for(blocks, threads,
+                     [&](int64_t t) { body(t * per, std::min(rows, (t + 1) * per)); });
 }
 
 Status null_output(const void* out, int64_t elements) {
