@@ -188,14 +188,8 @@ StatusOr<Case> Case::make(std::string op,
   }
   c.id_ += ")";
   if (Status st = check_printable(c.id_); !st.ok()) return st;
-  if (schema.check) {
-    // The ops' cross-parameter rules still throw (ops/*/case.cc): caught here, at their edge.
-    try {
-      schema.check(c);
-    } catch (const CaseIdError& e) {
-      return id_error(e.what());
-    }
-  }
+  if (schema.check)
+    if (Status st = schema.check(c); !st.ok()) return st;
   return c;
 }
 

@@ -47,8 +47,9 @@ struct OpSchema {
   std::string op;
   std::string help;
   std::vector<ParamSpec> params;
-  // Rules that span parameters (e.g. HV % H == 0); throws CaseIdError. May be null.
-  void (*check)(const Case&) = nullptr;
+  // Rules that span parameters (e.g. HV % H == 0): InvalidArgument naming the broken rule, Ok
+  // when the case keeps them. Runs on a case whose every parameter is valid. May be null.
+  Status (*check)(const Case&) = nullptr;
 };
 
 // All operations a case id may name.

@@ -824,6 +824,9 @@ std::vector<CaseResult> run_all(const std::vector<cases::Case>& cs,
       cv.notify_all();
     }
   };
+  // Threads of its own, not core::parallel_for's pool: the pool runs one loop at a time and every
+  // case's kernels use it (held for the whole run, each kernel call would start fresh threads), and
+  // the reporter below hands results on in case order while the jobs run, which fork-join cannot.
   std::vector<std::thread> pool;
   for (int j = 1; j < options.jobs; ++j) pool.emplace_back(work);
   // The calling thread works too, and reports results in case order as they complete.

@@ -8,8 +8,8 @@
 
 namespace deltacheck::ops::grad {
 
-Case forward_case(const Case& c, const char* grad_op, const char* forward_op,
-                  std::initializer_list<const char*> grad_only) {
+StatusOr<Case> forward_case(const Case& c, const char* grad_op, const char* forward_op,
+                            std::initializer_list<const char*> grad_only) {
   expect_op(c, grad_op);
   std::vector<std::pair<std::string, std::string>> params;
   for (const auto& kv : c.params()) {
@@ -17,7 +17,7 @@ Case forward_case(const Case& c, const char* grad_op, const char* forward_op,
     if (std::none_of(grad_only.begin(), grad_only.end(), [&](const char* g) { return key == g; }))
       params.emplace_back(key, kv.second);
   }
-  return Case(forward_op, params);
+  return Case::make(forward_op, params);
 }
 
 std::vector<ParamSpec> schema_params(const OpSchema& forward, std::vector<ParamSpec> upstream) {
@@ -32,11 +32,12 @@ std::vector<ParamSpec> schema_params(const OpSchema& forward, std::vector<ParamS
   return params;
 }
 
-void check_tail(const Case& c, const Case& forward) {
-  if (c.get_int("tail") > 0 && !forward.layout().has_cu_seqlens())
-    throw CaseIdError("tail=" + c.get("tail") +
-                      " needs a packed layout (tokens past cu_seqlens[-1]); got " +
-                      c.get("layout"));
+Status check_forward_and_tail(const Case& c, const StatusOr<Case>& forward) {
+  if (!forward.ok()) return forward.status();
+  if (c.get_int("tail") > 0 && !forward.value().layout().has_cu_seqlens())
+    return invalid("tail=" + c.get("tail") +
+                   " needs a packed layout (tokens past cu_seqlens[-1]); got " + c.get("layout"));
+  return Status::Ok();
 }
 
 void fill_do(Tensor& dout, const Layout& layout, uint64_t seed, const GenOptions& o, int64_t row,

@@ -17,17 +17,19 @@
 namespace deltacheck::ops::grad {
 
 // The forward case of backward case `c` (op `grad_op`): its parameters less `grad_only`, as a case
-// of op `forward_op`. Throws std::invalid_argument for a case of another op.
-Case forward_case(const Case& c, const char* grad_op, const char* forward_op,
-                  std::initializer_list<const char*> grad_only);
+// of op `forward_op`; InvalidArgument when they break one of the forward problem's own rules
+// (HV % H, layouts, ...: the backward schema's check returns it). Throws std::invalid_argument for
+// a case of another op (a programming error).
+StatusOr<Case> forward_case(const Case& c, const char* grad_op, const char* forward_op,
+                            std::initializer_list<const char*> grad_only);
 
 // A backward op's parameters: the forward's, less the cache modes (cache, calls) and its seed,
 // then `upstream` (e.g. dht), the padding tail and the seed.
 std::vector<ParamSpec> schema_params(const OpSchema& forward, std::vector<ParamSpec> upstream);
 
-// The schema's own check: a padding tail needs a packed layout. `forward` is c's forward case
-// (making it has run the forward problem's own checks: HV % H, layouts, ...).
-void check_tail(const Case& c, const Case& forward);
+// The backward schema's check: the forward problem's own rules (`forward` is c's forward case or
+// the rule it breaks), then a padding tail needs a packed layout.
+Status check_forward_and_tail(const Case& c, const StatusOr<Case>& forward);
 
 // `do` [.., T, ...] of `row` elements a token: N(0,1) per sequence with the sequence's salt, the
 // `tail` rows after the sequences' tokens from the unsalted tail stream.

@@ -163,7 +163,8 @@ class Operation {
   }
 };
 
-// The operation named by c.op() (ops/registry.cc); throws std::invalid_argument if none.
+// The operation named by c.op() (ops/registry.cc); throws std::invalid_argument if none, which a
+// case (its op's schema came from the registry) cannot cause: a programming error.
 const Operation& operation_for(const cases::Case& c);
 
 }  // namespace deltacheck::ops

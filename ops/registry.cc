@@ -26,16 +26,19 @@ const std::vector<RegisteredOp>& registry() {
   return ops;
 }
 
-const RegisteredOp& find(const std::string& op) {
+StatusOr<const RegisteredOp*> find(const std::string& op) {
   for (const RegisteredOp& r : registry())
-    if (r.definition.schema.op == op) return r;
-  cases::find_schema(op);  // throws the error that lists the known operations
-  throw cases::CaseIdError("unknown operation '" + op + "'");
+    if (r.definition.schema.op == op) return &r;
+  // The case model's schemas are the registry's: lookup_schema fails too, listing the known ops.
+  const StatusOr<const cases::OpSchema*> schema = cases::lookup_schema(op);
+  return schema.ok() ? Status::Internal("operation '" + op + "' has a schema but no entry")
+                     : schema.status();
 }
 
 const Operation& operation_for(const cases::Case& c) {
   for (const RegisteredOp& r : registry())
     if (r.definition.schema.op == c.op()) return *r.operation;
+  // A case exists only for an op of the registry (its schema came from here): a precondition.
   throw std::invalid_argument("no operation '" + c.op() + "'");
 }
 

@@ -19,7 +19,8 @@ struct RegisteredOp {
 
 const std::vector<RegisteredOp>& registry();
 
-// The registry entry of operation `op`; throws cases::CaseIdError listing the known ones.
-const RegisteredOp& find(const std::string& op);
+// The registry entry of operation `op` (a name a user may type); InvalidArgument listing the known
+// ones.
+StatusOr<const RegisteredOp*> find(const std::string& op);
 
 }  // namespace deltacheck::ops

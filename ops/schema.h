@@ -16,7 +16,6 @@
 
 namespace deltacheck::ops {
 
-using cases::CaseIdError;
 using cases::DType;
 using cases::GenOptions;
 using cases::Layout;
@@ -30,6 +29,29 @@ using cases::TensorMap;
 using cases::Tier;
 using Case = cases::Case;
 using SuiteParams = cases::Params;  // a suite entry's parameters (ops::<op>::Params is typed)
+
+// A broken cross-parameter rule (OpSchema::check): InvalidArgument with the one-line message the
+// case id's error shows.
+inline Status invalid(std::string message) { return Status::InvalidArgument(std::move(message)); }
+
+// The rule every operation with query/key and value heads keeps (gdr, layer, serve): HV % H == 0.
+inline Status check_heads(const Case& c) {
+  if (c.get_int("HV") % c.get_int("H") != 0)
+    return invalid("HV % H != 0 (HV=" + c.get("HV") + ", H=" + c.get("H") + ")");
+  return Status::Ok();
+}
+
+// The rules of the recurrent ops' cache modes (gdr, layer): cache=none takes no initial state,
+// cache=decode one token per sequence.
+inline Status check_none_and_decode(const Case& c) {
+  const std::string& cache = c.get("cache");
+  if (cache == "none" && c.get("state") != "none")
+    return invalid("cache=none takes no initial state (state=" + c.get("state") + ")");
+  if (cache == "decode")
+    for (int64_t l : c.layout().lengths)
+      if (l != 1) return invalid("cache=decode needs one token per sequence (packed[1*N])");
+  return Status::Ok();
+}
 
 inline ParamSpec choice(std::string key, std::string def, std::vector<std::string> choices,
                         std::string help) {

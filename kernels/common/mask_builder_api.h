@@ -20,6 +20,9 @@
     using LayerMasks = ::deltacheck::kernels::LayerMasks;                                       \
     using PackedSegments = ::deltacheck::kernels::PackedSegments;                               \
     using Unpadded = ::deltacheck::kernels::Unpadded;                                           \
+    static ::deltacheck::Status validate(const ::deltacheck::kernels::MaskParams& p) {          \
+      return ns::validate(p);                                                                   \
+    }                                                                                           \
     static ::deltacheck::Status build_bool_mask(const ::deltacheck::kernels::MaskParams& p,     \
                                                 uint8_t* out) {                                 \
       return ns::build_bool_mask(p, out);                                                       \

@@ -1,65 +1,19 @@
-// CPU depthwise causal conv1d (the short convolution of the linear-attention layer): raw buffers,
-// fp32 accumulation, conv states fp32 in a pool addressed through per-sequence slot indices.
-//
-// y[t, d] = act(bias[d] + sum_{j < W} weight[d, j] * x[t - (W-1) + j, d]); positions before a
-// sequence's first token read its conv state (the last W-1 inputs, [D, W-1] oldest first, as vLLM
-// and FLA cache it) or zeros. Nothing is read across a packed boundary.
+// CPU depthwise causal conv1d (the short convolution of the linear-attention layer) on the raw
+// buffers of kernels/common/causal_conv1d_params.h: fp32 accumulation, conv states fp32 in a pool
+// addressed through per-sequence slot indices.
 #pragma once
 
 #include <cstdint>
 
-#include "core/half.h"
 #include "core/status.h"
+#include "kernels/common/causal_conv1d_params.h"
 
 namespace deltacheck::kernels::cpu {
 
-struct CausalConv1dParams {
-  int64_t batch = 1;                    // B; must be 1 when cu_seqlens is given
-  int64_t seq_len = 0;                  // T
-  int64_t channels = 0;                 // D
-  int64_t width = 4;                    // W; 2, 3 or 4 (others: Unsupported)
-  DType dtype = DType::kF32;            // of x and out
-  const void* x = nullptr;              // [B, T, D]
-  void* out = nullptr;                  // [B, T, D]
-  const float* weight = nullptr;        // [D, W]
-  const float* bias = nullptr;          // [D] or nullptr
-  bool silu = true;                     // SiLU activation; false: identity
-  const int64_t* cu_seqlens = nullptr;  // [num_seqs + 1] or nullptr (num_seqs = B)
-  int64_t num_seqs = 0;                 // used only with cu_seqlens
-  // Conv states are fp32 [rows, D, W-1]. Sequence i reads row state_slots[i] (or i) of
-  // initial_state and writes the same row of final_state. A negative slot marks a padding entry:
-  // nothing of it is read, written or computed (its output rows included). initial_state ==
-  // final_state is allowed (in place on a pool). initial_state nullptr: zeros; final_state
-  // nullptr: not kept.
-  const float* initial_state = nullptr;
-  float* final_state = nullptr;
-  const int32_t* state_slots = nullptr;
-  int64_t num_state_rows = 0;  // rows of the state buffers, for bounds checks (0: = num_seqs)
-  // [num_seqs]: 0 = this sequence starts from zeros whatever its row holds. nullptr: every
-  // sequence reads initial_state (when given).
-  const uint8_t* has_initial_state = nullptr;
-  int num_threads = 0;  // 0: all hardware threads
-};
-
+// Prefill, packed (cu_seqlens) or batched.
 Status causal_conv1d(const CausalConv1dParams& p);
 
-// One decode step, in place: one new token per sequence against its row of the conv-state pool.
-struct CausalConv1dUpdateParams {
-  int64_t num_seqs = 0;           // N
-  int64_t channels = 0;           // D
-  int64_t width = 4;              // W; 2, 3 or 4
-  DType dtype = DType::kF32;      // of x and out
-  const void* x = nullptr;        // [N, D]
-  void* out = nullptr;            // [N, D]
-  const float* weight = nullptr;  // [D, W]
-  const float* bias = nullptr;    // [D] or nullptr
-  bool silu = true;
-  float* state = nullptr;                // fp32 [num_state_rows, D, W-1], read and shifted in place
-  const int32_t* state_slots = nullptr;  // [N]; nullptr: sequence i uses row i; negative: padding
-  int64_t num_state_rows = 0;            // 0: = N
-  int num_threads = 0;
-};
-
+// One decode step, in place on the conv-state pool.
 Status causal_conv1d_update(const CausalConv1dUpdateParams& p);
 
 }  // namespace deltacheck::kernels::cpu

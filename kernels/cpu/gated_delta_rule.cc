@@ -8,6 +8,7 @@
 
 #include "core/parallel_for.h"
 #include "kernels/cpu/chunk_gemm.h"
+#include "kernels/cpu/recurrent_step.h"
 #include "kernels/cpu/row_conversion.h"
 #include "kernels/cpu/sequence_checks.h"
 
@@ -317,28 +318,8 @@ void recurrent_lane(const GatedDeltaRuleParams& p, const Lane& L, std::vector<fl
     load_qk(p, p.k, L.row, t, qk_head, 1.0f, k);
     const float decay = std::exp(p.g[tok]);
     const float beta = load_as_float(p.beta, p.dtype, tok);
-    // The rule's four steps fused into two passes over the rows of S; every element sees the
-    // same operations in the same order as four separate passes would apply.
-    for (int64_t j = 0; j < V; ++j) u[j] = 0.0f;
-    for (int64_t i = 0; i < K; ++i) {
-      float* Si = S + i * V;
-      const float ki = k[i];
-      for (int64_t j = 0; j < V; ++j) {
-        Si[j] *= decay;
-        u[j] += Si[j] * ki;
-      }
-    }
-    load_row(p.v, p.dtype, tok * V, V, o);
-    for (int64_t j = 0; j < V; ++j) u[j] = beta * (o[j] - u[j]);
-    for (int64_t j = 0; j < V; ++j) o[j] = 0.0f;
-    for (int64_t i = 0; i < K; ++i) {
-      float* Si = S + i * V;
-      const float ki = k[i], qi = q[i];
-      for (int64_t j = 0; j < V; ++j) {
-        Si[j] += ki * u[j];
-        o[j] += Si[j] * qi;
-      }
-    }
+    load_row(p.v, p.dtype, tok * V, V, o);  // v, read into o before o is written
+    recurrent_step(S, q, k, o, decay, beta, K, V, u, o);
     store_row(p.o, p.dtype, tok * V, V, o);
   }
   store_state(p, L, S);

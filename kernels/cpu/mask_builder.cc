@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <thread>
+
+#include "core/parallel_for.h"
+#include "kernels/common/mask_builder_api.h"
+#include "kernels/common/mask_builder_common.h"
 
 namespace deltacheck::kernels::cpu {
 namespace {
@@ -56,7 +59,7 @@ Layout make_layout(const MaskParams& p) {
   l.offset.resize(batch);
   l.left_padding.assign(batch, 0);
   for (size_t b = 0; b < batch; ++b) {
-    l.offset[b] = p.q_offsets ? p.q_offsets[b] : p.q_offset;
+    l.offset[b] = mask_row_offset(p, static_cast<int64_t>(b));
     if (p.padding_mask) {
       const uint8_t* row = p.padding_mask + b * static_cast<size_t>(p.kv_length);
       int64_t lp = 0;
@@ -122,29 +125,24 @@ Interval row_interval(const Layout& l, int64_t b, int64_t q) {
   return {lo, hi};
 }
 
-// Runs body(row_begin, row_end) over the B * q_len rows, on several threads for large masks.
+// Runs body(row_begin, row_end) over the B * q_len rows, in blocks of rows on the project's pool
+// (core/parallel_for.h) for large masks. Rows are independent: the bits do not depend on the split.
 template <typename Body>
 void for_rows(const MaskParams& p, const Body& body) {
   const int64_t rows = p.batch * p.q_len;
   const int64_t elements = rows * p.kv_length;
   constexpr int64_t kMinElementsPerThread = int64_t{1} << 18;
-  int threads = p.num_threads > 0
-                    ? p.num_threads
-                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads = static_cast<int>(
-      std::min<int64_t>({threads, rows, std::max<int64_t>(1, elements / kMinElementsPerThread)}));
+  const int threads =
+      static_cast<int>(std::min<int64_t>({core::resolve_threads(p.num_threads), rows,
+                                          std::max<int64_t>(1, elements / kMinElementsPerThread)}));
   if (threads <= 1) {
     body(0, rows);
     return;
   }
-  std::vector<std::thread> pool;
   const int64_t per = (rows + threads - 1) / threads;
-  for (int t = 0; t < threads; ++t) {
-    const int64_t begin = t * per, end = std::min(rows, begin + per);
-    if (begin >= end) break;
-    pool.emplace_back([&body, begin, end] { body(begin, end); });
-  }
-  for (std::thread& th : pool) th.join();
+  const int64_t blocks = (rows + per - 1) / per;
+  core::parallel_for(blocks, threads,
+                     [&](int64_t t) { body(t * per, std::min(rows, (t + 1) * per)); });
 }
 
 Status null_output(const void* out, int64_t elements) {
@@ -153,32 +151,11 @@ Status null_output(const void* out, int64_t elements) {
   return Status::Ok();
 }
 
-bool is_known_layer_type(const std::string& t) {
-  return t == "full_attention" || t == "sliding_attention" || t == "chunked_attention" ||
-         t == "linear_attention";
-}
-
 }  // namespace
 
 Status validate(const MaskParams& p) {
-  auto bad = [](const std::string& m) { return Status::InvalidArgument("mask params: " + m); };
-  if (p.batch < 0 || p.q_len < 0 || p.kv_length < 0) {
-    return bad("batch, q_len and kv_length must be >= 0");
-  }
-  for (int64_t b = 0; b < p.batch; ++b) {
-    const int64_t off = p.q_offsets ? p.q_offsets[b] : p.q_offset;
-    if (off < 0 || off + p.q_len > p.kv_length) {
-      return bad("row " + std::to_string(b) + ": q_offset " + std::to_string(off) + " + q_len " +
-                 std::to_string(p.q_len) + " does not fit kv_length " +
-                 std::to_string(p.kv_length));
-    }
-  }
-  if (p.sliding_window < 0 || p.chunk_size < 0) return bad("sliding_window and chunk_size >= 0");
-  if (!p.causal && (p.sliding_window > 0 || p.chunk_size > 0)) {
-    return bad("sliding_window and chunk_size are defined for causal masks only");
-  }
-  if (p.position_id_rows < 1) return bad("position_id_rows must be >= 1");
-  if (p.num_threads < 0) return bad("num_threads must be >= 0");
+  if (Status s = validate_mask_params(p); !s.ok()) return s;
+  if (p.num_threads < 0) return Status::InvalidArgument("mask params: num_threads must be >= 0");
   return Status::Ok();
 }
 
@@ -286,7 +263,7 @@ Status token_validity(const MaskParams& p, uint8_t* out) {
   s = null_output(out, p.batch * p.q_len);
   if (!s.ok() || p.batch * p.q_len == 0) return s;
   for (int64_t b = 0; b < p.batch; ++b) {
-    const int64_t off = p.q_offsets ? p.q_offsets[b] : p.q_offset;
+    const int64_t off = mask_row_offset(p, b);
     uint8_t* row = out + b * p.q_len;
     if (!p.padding_mask) {
       std::memset(row, 1, static_cast<size_t>(p.q_len));
@@ -298,64 +275,13 @@ Status token_validity(const MaskParams& p, uint8_t* out) {
   return Status::Ok();
 }
 
+namespace {
+DELTACHECK_MASK_BUILDER_API(Builder, ::deltacheck::kernels::cpu);
+}  // namespace
+
 Status layer_masks(const std::vector<std::string>& layer_types, const MaskParams& p,
                    LayerMasks* out) {
-  if (out == nullptr) return Status::InvalidArgument("mask builder: output is null");
-  *out = LayerMasks{};
-  Status s = validate(p);
-  if (!s.ok()) return s;
-  // Every type is checked before anything is built: a model with one bad layer gets no masks.
-  for (size_t i = 0; i < layer_types.size(); ++i) {
-    const std::string& t = layer_types[i];
-    const std::string where = " at layer " + std::to_string(i);
-    if (!is_known_layer_type(t)) {
-      return Status::InvalidArgument("unknown layer type '" + t + "'" + where);
-    }
-    if (t == "sliding_attention" && p.sliding_window <= 0) {
-      return Status::InvalidArgument("layer type 'sliding_attention'" + where +
-                                     " needs a sliding_window > 0");
-    }
-    if (t == "chunked_attention" && p.chunk_size <= 0) {
-      return Status::InvalidArgument("layer type 'chunked_attention'" + where +
-                                     " needs a chunk_size > 0");
-    }
-  }
-  LayerMasks result;
-  for (const std::string& t : layer_types) {
-    auto found = std::find_if(result.masks.begin(), result.masks.end(),
-                              [&](const LayerMask& m) { return m.layer_type == t; });
-    result.layer_to_mask.push_back(found - result.masks.begin());
-    if (found != result.masks.end()) continue;
-
-    LayerMask m;
-    m.layer_type = t;
-    if (t == "linear_attention") {
-      std::vector<uint8_t> valid(static_cast<size_t>(p.batch * p.q_len));
-      s = token_validity(p, valid.data());
-      if (!s.ok()) return s;
-      const bool all_valid = std::all_of(valid.begin(), valid.end(), [](uint8_t v) { return v; });
-      bool decoding = p.q_len == 1;
-      for (int64_t b = 0; b < p.batch; ++b) {
-        decoding = decoding && (p.q_offsets ? p.q_offsets[b] : p.q_offset) > 0;
-      }
-      m.kind = (all_valid || decoding) ? LayerMaskKind::kNone : LayerMaskKind::kValidity;
-      if (m.kind == LayerMaskKind::kValidity) m.mask = std::move(valid);
-    } else {
-      MaskParams lp = p;
-      lp.causal = true;
-      lp.sliding_window = t == "sliding_attention" ? p.sliding_window : 0;
-      lp.chunk_size = t == "chunked_attention" ? p.chunk_size : 0;
-      m.kind = LayerMaskKind::kAttention;
-      m.mask.resize(static_cast<size_t>(p.batch * p.q_len * p.kv_length));
-      s = build_bool_mask(lp, m.mask.data());
-      if (!s.ok()) return s;
-      s = mask_needed(lp, &m.needed);
-      if (!s.ok()) return s;
-    }
-    result.masks.push_back(std::move(m));
-  }
-  *out = std::move(result);
-  return Status::Ok();
+  return compose_layer_masks<Builder>(layer_types, p, out);
 }
 
 Status sequence_index_from_cu_seqlens(const int64_t* cu_seqlens, int64_t num_seqs, int64_t* out) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/parallel_for.h"
+#include "kernels/cpu/recurrent_step.h"
 #include "kernels/cpu/row_conversion.h"
 #include "kernels/cpu/sequence_checks.h"
 
@@ -66,28 +67,8 @@ void decode_lane(const RecurrentDecodeParams& p, int64_t seq, int64_t head, int6
     load_qk(p, p.k, (token * H + qk_head) * K, 1.0f, k);
     const float decay = std::exp(p.g[lane]);
     const float beta = load_as_float(p.beta, p.dtype, lane);
-    // Pass 1: S <- decay * S and u = S^T k, row by row.
-    for (int64_t j = 0; j < V; ++j) u[j] = 0.0f;
-    for (int64_t i = 0; i < K; ++i) {
-      float* Si = S + i * V;
-      const float ki = k[i];
-      for (int64_t j = 0; j < V; ++j) {
-        Si[j] *= decay;
-        u[j] += ki * Si[j];
-      }
-    }
     load_row(p.v, p.dtype, lane * V, V, v);
-    for (int64_t j = 0; j < V; ++j) u[j] = beta * (v[j] - u[j]);
-    // Pass 2: S <- S + k u^T and o = S^T q on the updated rows.
-    for (int64_t j = 0; j < V; ++j) o[j] = 0.0f;
-    for (int64_t i = 0; i < K; ++i) {
-      float* Si = S + i * V;
-      const float ki = k[i], qi = q[i];
-      for (int64_t j = 0; j < V; ++j) {
-        Si[j] += ki * u[j];
-        o[j] += qi * Si[j];
-      }
-    }
+    recurrent_step(S, q, k, v, decay, beta, K, V, u, o);
     store_row(p.o, p.dtype, lane * V, V, o);
     if (p.state_indices) {
       const int32_t dst = p.state_indices[token];

@@ -1,50 +1,19 @@
 // CUDA kernels for the short causal convolution of the linear-attention layer (docs/semantics.md,
 // "Around the rule"): depthwise over the channels, width W, optional bias, optional SiLU, fp32
-// accumulation, on raw device buffers.
-//
-// y[t, d] = act(bias[d] + sum_{j < W} weight[d, j] * x[t - (W-1) + j, d]); positions before a
-// sequence's first token read its conv state (the last W-1 inputs, [D, W-1] oldest first, as vLLM
-// and FLA cache it) or zeros; nothing is read across a packed boundary. The final conv state of a
+// accumulation, on raw device buffers (kernels/common/causal_conv1d_params.h, the CPU kernels'
+// parameters: every pointer a device pointer, num_threads ignored). The final conv state of a
 // sequence is the last W-1 inputs of [initial state, x], so a short sequence keeps part of its
-// initial state. The structs mirror kernels/cpu/causal_conv1d.h field for field (less the CPU's
-// num_threads); every pointer is a device pointer. All calls are asynchronous on `stream`.
+// initial state. All calls are asynchronous on `stream`.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
-#include "core/half.h"
 #include "core/status.h"
+#include "kernels/common/causal_conv1d_params.h"
 
 namespace deltacheck::kernels::cuda {
-
-struct CausalConv1dParams {
-  int64_t batch = 1;                    // B; must be 1 when cu_seqlens is given
-  int64_t seq_len = 0;                  // T
-  int64_t channels = 0;                 // D
-  int64_t width = 4;                    // W, 1..8 (others: Unsupported)
-  DType dtype = DType::kF32;            // of x and out
-  const void* x = nullptr;              // [B, T, D]
-  void* out = nullptr;                  // [B, T, D]
-  const float* weight = nullptr;        // [D, W]; weight[d, W-1] multiplies the current token
-  const float* bias = nullptr;          // [D] or nullptr
-  bool silu = true;                     // SiLU activation; false: identity
-  const int64_t* cu_seqlens = nullptr;  // [num_seqs + 1] or nullptr (num_seqs = B)
-  int64_t num_seqs = 0;                 // used only with cu_seqlens
-  // Conv states are fp32 [rows, D, W-1]. Sequence i reads row state_slots[i] (or i) of
-  // initial_state and writes the same row of final_state. A negative slot marks a padding entry:
-  // nothing of it is read, written or computed (its output rows included). initial_state ==
-  // final_state is allowed (in place on a pool); non-negative slots must be distinct.
-  // initial_state nullptr: zeros; final_state nullptr: not kept.
-  const float* initial_state = nullptr;
-  float* final_state = nullptr;
-  const int32_t* state_slots = nullptr;
-  int64_t num_state_rows = 0;  // rows of the state buffers, for bounds checks (0: = num_seqs)
-  // [num_seqs]: 0 = this sequence starts from zeros whatever its row holds. nullptr: every
-  // sequence reads initial_state (when given).
-  const uint8_t* has_initial_state = nullptr;
-};
 
 // Whether causal_conv1d can run p (host-side fields only). Sequences whose bounds or slot turn out
 // out of range on the device are skipped there (nothing written for them).
@@ -54,23 +23,7 @@ Status causal_conv1d_can_implement(const CausalConv1dParams& p);
 // (sequence, channel) for the final states.
 Status causal_conv1d(const CausalConv1dParams& p, cudaStream_t stream);
 
-// One decode step, in place: one new token per sequence against its row of the conv-state pool.
-struct CausalConv1dUpdateParams {
-  int64_t num_seqs = 0;           // N
-  int64_t channels = 0;           // D
-  int64_t width = 4;              // W, 1..8
-  DType dtype = DType::kF32;      // of x and out
-  const void* x = nullptr;        // [N, D]
-  void* out = nullptr;            // [N, D]
-  const float* weight = nullptr;  // [D, W]
-  const float* bias = nullptr;    // [D] or nullptr
-  bool silu = true;
-  float* state = nullptr;                // fp32 [num_state_rows, D, W-1], read and shifted in place
-  const int32_t* state_slots = nullptr;  // [N]; nullptr: sequence i uses row i; negative: padding
-  int64_t num_state_rows = 0;            // 0: = N
-};
-
-// One thread per (sequence, channel).
+// One decode step, in place on the conv-state pool: one thread per (sequence, channel).
 Status causal_conv1d_update(const CausalConv1dUpdateParams& p, cudaStream_t stream);
 
 }  // namespace deltacheck::kernels::cuda

@@ -14,27 +14,22 @@
 namespace deltacheck::ops::gdr {
 namespace {
 
-void check_gdr(const Case& c) {
-  if (c.get_int("HV") % c.get_int("H") != 0)
-    throw CaseIdError("HV % H != 0 (HV=" + c.get("HV") + ", H=" + c.get("H") + ")");
+Status check_gdr(const Case& c) {
+  if (Status st = check_heads(c); !st.ok()) return st;
+  if (Status st = check_none_and_decode(c); !st.ok()) return st;
   const Params p = decode(c);
-  if (p.cache == Cache::kNone && p.state != State::kNone)
-    throw CaseIdError("cache=none takes no initial state (state=" + c.get("state") + ")");
-  if (p.cache == Cache::kDecode)
-    for (int64_t l : p.layout.lengths)
-      if (l != 1) throw CaseIdError("cache=decode needs one token per sequence (packed[1*N])");
   if (p.cache == Cache::kSpec)
     for (int64_t l : p.layout.lengths)
       if (l != p.layout.lengths[0])
-        throw CaseIdError("cache=spec needs sequences of equal length (batch[NxT]: T drafts)");
+        return invalid("cache=spec needs sequences of equal length (batch[NxT]: T drafts)");
   if (p.cache != Cache::kCkpt && p.calls > 64)
-    throw CaseIdError("calls must be <= 64 for cache=" + c.get("cache") + " (calls=" +
-                      c.get("calls") + "; only cache=ckpt takes block sizes up to 2048)");
+    return invalid("calls must be <= 64 for cache=" + c.get("cache") + " (calls=" + c.get("calls") +
+                   "; only cache=ckpt takes block sizes up to 2048)");
   if (p.serving())
-    if (const std::string why = check_serving(p); !why.empty()) throw CaseIdError(why);
+    if (std::string why = check_serving(p); !why.empty()) return invalid(std::move(why));
   if (p.pooled() && p.state == State::kNone)
-    throw CaseIdError("cache=" + c.get("cache") +
-                      " reads states from a pool: state must not be none");
+    return invalid("cache=" + c.get("cache") + " reads states from a pool: state must not be none");
+  return Status::Ok();
 }
 
 OpSchema gdr_schema() {

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "cases/det_math.h"
+#include "ops/decode.h"
 #include "ops/gdr_grad/context_parallel.h"
 #include "ops/gdr_grad/params.h"
 #include "ops/grad_common.h"
@@ -11,15 +12,19 @@
 namespace deltacheck::ops::gdr_grad {
 namespace {
 
-void check_grad(const Case& c) {
-  const Case f = forward_case(c);  // the forward problem's own checks (HV % H, ...)
-  grad::check_tail(c, f);
-  if (!c.has("cp")) return;
-  if (f.layout().kind == Layout::Kind::kBatch)
-    throw CaseIdError("cp=" + c.get("cp") + " cuts one packed row: needs a packed or single " +
-                      "layout, got " + c.get("layout"));
-  if (c.get_int("tail") > 0) throw CaseIdError("cp and tail cannot be combined");
-  cp_split(decode(c));  // the cut must fall inside a sequence
+StatusOr<Case> make_forward_case(const Case& c) {
+  return grad::forward_case(c, "gdr_grad", "gdr", {"dht", "tail", "cp"});
+}
+
+Status check_grad(const Case& c) {
+  const StatusOr<Case> f = make_forward_case(c);
+  if (Status st = grad::check_forward_and_tail(c, f); !st.ok()) return st;
+  if (!c.has("cp")) return Status::Ok();
+  if (f.value().layout().kind == Layout::Kind::kBatch)
+    return invalid("cp=" + c.get("cp") + " cuts one packed row: needs a packed or single " +
+                   "layout, got " + c.get("layout"));
+  if (c.get_int("tail") > 0) return invalid("cp and tail cannot be combined");
+  return cp_split(decode(c)).status();  // the cut must fall inside a sequence
 }
 
 OpSchema grad_schema() {
@@ -185,9 +190,7 @@ void grad_suite(SuiteBuilder& b, Tier t) {
 
 }  // namespace
 
-Case forward_case(const Case& c) {
-  return grad::forward_case(c, "gdr_grad", "gdr", {"dht", "tail", "cp"});
-}
+Case forward_case(const Case& c) { return checked(make_forward_case(c)); }
 
 Params decode(const Case& c) {
   Params p;

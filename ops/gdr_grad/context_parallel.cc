@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "ops/decode.h"
 #include "ops/gdr/params.h"
 #include "reference/gated_delta_rule.h"
 
@@ -33,7 +34,7 @@ Tensor& state_rows(TensorMap& m, const std::string& name, int64_t rows, const gd
 
 }  // namespace
 
-CpSplit cp_split(const Params& p) {
+StatusOr<CpSplit> cp_split(const Params& p) {
   const cases::Layout& L = p.rule.layout;
   CpSplit s;
   s.seq = -1;
@@ -51,7 +52,7 @@ CpSplit cp_split(const Params& p) {
     begin = end;
   }
   if (s.seq < 0)
-    throw cases::CaseIdError(fmt::format(
+    return Status::InvalidArgument(fmt::format(
         "cp={} cuts no sequence of {}: the cut must fall inside one (token 1 .. length - 1 of it)",
         p.cp, L.str()));
   return s;
@@ -59,7 +60,7 @@ CpSplit cp_split(const Params& p) {
 
 std::pair<cases::Case, cases::Case> rank_cases(const cases::Case& c) {
   const Params p = decode(c);
-  const CpSplit s = cp_split(p);
+  const CpSplit s = checked(cp_split(p));
   return {rank(c, p, s, 0, {}).c, rank(c, p, s, 1, {}).c};
 }
 
@@ -67,7 +68,9 @@ StatusOr<Values> run_context_parallel(const cases::Case& c, const TensorMap& in,
                                       const RankRun& run) {
   const Params p = decode(c);
   const gdr::Params& d = p.rule;
-  const CpSplit s = cp_split(p);
+  StatusOr<CpSplit> split = cp_split(p);
+  if (!split.ok()) return split.status();
+  const CpSplit& s = split.value();
   const int64_t per = d.HV * d.K * d.V;
   // The forward state at the cut: the FP64 oracle over the cut sequence's rank-0 tokens.
   const Repacked head = repack(c, in, {{s.seq, 0, s.at}}, {{"cp", "0"}});
@@ -105,7 +108,7 @@ StatusOr<Values> run_context_parallel(const cases::Case& c, const TensorMap& in,
 std::string explain_rank(const cases::Case& c, int64_t seq, int64_t token) {
   const Params p = decode(c);
   if (p.cp == 0 || seq < 0) return "";
-  const CpSplit s = cp_split(p);
+  const CpSplit s = checked(cp_split(p));
   const bool rank0 = seq < s.seq || (seq == s.seq && token < s.at);
   const std::string what =
       token < 0 ? fmt::format("seq {}'s dh0", seq) : fmt::format("seq {} token {}", seq, token);

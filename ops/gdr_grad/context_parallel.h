@@ -26,8 +26,9 @@ struct CpSplit {
   std::vector<Piece> rank0, rank1;
 };
 
-// Where cp=S cuts the case (p.cp > 0); throws CaseIdError when S cuts no sequence.
-CpSplit cp_split(const Params& p);
+// Where cp=S cuts the case (p.cp > 0); InvalidArgument when S cuts no sequence (the schema's
+// check refuses such a case, so for a case that exists it is a value).
+StatusOr<CpSplit> cp_split(const Params& p);
 
 // The case each rank is called with (a plain gdr_grad case of its pieces): {rank 0, rank 1}.
 std::pair<cases::Case, cases::Case> rank_cases(const cases::Case& c);

@@ -9,6 +9,7 @@
 
 #include <stdexcept>
 
+#include "ops/decode.h"
 #include "ops/gdr_grad/context_parallel.h"
 #include "ops/gdr_grad/params.h"
 #include "ops/grad_common.h"
@@ -95,7 +96,7 @@ class GdrGradOperation : public grad::BackwardOperation {
 
   Status drive(const cases::Case& c, const TensorMap& in, TensorMap& outputs,
                const RunCall& run) const override {
-    const CpSplit s = cp_split(decode(c));
+    const CpSplit s = checked(cp_split(decode(c)));
     StatusOr<Values> v = run_context_parallel(
         c, in, [&](int rank, const cases::Case& rc, const TensorMap& t) -> StatusOr<Values> {
           DrivenCall call{rank == 1 ? 0 : 1, rank_kind(rank), {}};

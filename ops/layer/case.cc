@@ -13,17 +13,11 @@
 namespace deltacheck::ops::layer {
 namespace {
 
-void check_layer(const Case& c) {
-  if (c.get_int("HV") % c.get_int("H") != 0)
-    throw CaseIdError("HV % H != 0 (HV=" + c.get("HV") + ", H=" + c.get("H") + ")");
-  const Params p = decode(c);
-  if (p.layout.kind == Layout::Kind::kBatch)
-    throw CaseIdError("layer cases are packed or single (the layer takes [T, D] rows)");
-  if (p.cache == Cache::kNone && p.state != State::kNone)
-    throw CaseIdError("cache=none takes no initial state (state=" + c.get("state") + ")");
-  if (p.cache == Cache::kDecode)
-    for (int64_t l : p.layout.lengths)
-      if (l != 1) throw CaseIdError("cache=decode needs one token per sequence (packed[1*N])");
+Status check_layer(const Case& c) {
+  if (Status st = check_heads(c); !st.ok()) return st;
+  if (c.layout().kind == Layout::Kind::kBatch)
+    return invalid("layer cases are packed or single (the layer takes [T, D] rows)");
+  return check_none_and_decode(c);
 }
 
 OpSchema layer_schema() {

@@ -3,6 +3,7 @@
 // entries.
 #include <string>
 
+#include "ops/decode.h"
 #include "ops/grad_common.h"
 #include "ops/layer_grad/params.h"
 #include "ops/schema.h"
@@ -10,7 +11,11 @@
 namespace deltacheck::ops::layer_grad {
 namespace {
 
-void check_grad(const Case& c) { grad::check_tail(c, forward_case(c)); }
+StatusOr<Case> make_forward_case(const Case& c) {
+  return grad::forward_case(c, "layer_grad", "layer", {"dht", "dconv", "tail"});
+}
+
+Status check_grad(const Case& c) { return grad::check_forward_and_tail(c, make_forward_case(c)); }
 
 OpSchema grad_schema() {
   return OpSchema{
@@ -100,9 +105,7 @@ void grad_suite(SuiteBuilder& b, Tier t) {
 
 }  // namespace
 
-Case forward_case(const Case& c) {
-  return grad::forward_case(c, "layer_grad", "layer", {"dht", "dconv", "tail"});
-}
+Case forward_case(const Case& c) { return checked(make_forward_case(c)); }
 
 Params decode(const Case& c) {
   Params p;

@@ -48,38 +48,40 @@ std::vector<ParamSpec> token_params() {
   };
 }
 
-void check_cache(const Case& c) {
+Status check_cache(const Case& c) {
   const std::string cache = c.get("cache");
   const int64_t q = c.get_int("q"), offset = c.get_int("offset"), kv = c.get_int("kv");
   const int64_t used = offset + q;
   const std::string where = "cache=" + cache + ": ";
   if (cache == "static") {
     if (kv <= used)
-      throw CaseIdError(where + "kv (max_cache_len) must exceed offset + q = " +
-                        std::to_string(used) + " (kv=" + std::to_string(kv) + ")");
+      return invalid(where + "kv (max_cache_len) must exceed offset + q = " + std::to_string(used) +
+                     " (kv=" + std::to_string(kv) + ")");
   } else if (kv != 0 && kv != used) {
-    throw CaseIdError(where + "kv must be 0 or offset + q = " + std::to_string(used) +
-                      " (kv=" + std::to_string(kv) + ")");
+    return invalid(where + "kv must be 0 or offset + q = " + std::to_string(used) +
+                   " (kv=" + std::to_string(kv) + ")");
   }
   if (cache == "none" && offset != 0)
-    throw CaseIdError(where +
-                      "no cached tokens, offset must be 0 (offset=" + std::to_string(offset) + ")");
+    return invalid(where + "no cached tokens, offset must be 0 (offset=" + std::to_string(offset) +
+                   ")");
   if ((cache == "dynamic" || cache == "chunked") && offset == 0)
-    throw CaseIdError(where + "needs cached tokens, offset must be > 0");
+    return invalid(where + "needs cached tokens, offset must be > 0");
   if (cache == "chunked" && q < 2)
-    throw CaseIdError(where + "a chunked-prefill call has q > 1 (a decode step is cache=dynamic)");
+    return invalid(where + "a chunked-prefill call has q > 1 (a decode step is cache=dynamic)");
   if (c.get_int("B") * q * mask_kv_length(c) > kMaxMaskElements)
-    throw CaseIdError("mask of B * q * kv > 2^28 elements");
+    return invalid("mask of B * q * kv > 2^28 elements");
+  return Status::Ok();
 }
 
 // ---- mask ------------------------------------------------------------------------------------
 
-void check_mask(const Case& c) {
-  check_cache(c);
+Status check_mask(const Case& c) {
+  if (Status st = check_cache(c); !st.ok()) return st;
   if (!c.get_bool("causal") && (c.get_int("window") > 0 || c.get_int("chunk") > 0))
-    throw CaseIdError("window and chunk are defined for causal masks only (causal=0)");
+    return invalid("window and chunk are defined for causal masks only (causal=0)");
   if (c.get("format") == "bool" && c.get("dtype") != "fp32")
-    throw CaseIdError("dtype applies to additive masks only (format=bool takes dtype=fp32)");
+    return invalid("dtype applies to additive masks only (format=bool takes dtype=fp32)");
+  return Status::Ok();
 }
 
 OpSchema mask_schema() {
@@ -98,15 +100,17 @@ OpSchema mask_schema() {
 
 // ---- layers ----------------------------------------------------------------------------------
 
-void check_layers(const Case& c) {
-  const std::vector<std::string> types = mask_layer_types(c.get("pattern"));
-  check_cache(c);
-  for (const std::string& t : types) {
+Status check_layers(const Case& c) {
+  const StatusOr<std::vector<std::string>> types = mask_layer_types(c.get("pattern"));
+  if (!types.ok()) return types.status();
+  if (Status st = check_cache(c); !st.ok()) return st;
+  for (const std::string& t : types.value()) {
     if (t == "sliding_attention" && c.get_int("window") == 0)
-      throw CaseIdError("pattern has sliding_attention layers: window must be > 0");
+      return invalid("pattern has sliding_attention layers: window must be > 0");
     if (t == "chunked_attention" && c.get_int("chunk") == 0)
-      throw CaseIdError("pattern has chunked_attention layers: chunk must be > 0");
+      return invalid("pattern has chunked_attention layers: chunk must be > 0");
   }
+  return Status::Ok();
 }
 
 OpSchema layers_schema() {
@@ -131,11 +135,11 @@ OpSchema layers_schema() {
 
 // ---- segments --------------------------------------------------------------------------------
 
-void check_segments(const Case& c) {
+Status check_segments(const Case& c) {
   if (c.get("source") == "cu" && c.get_int("B") != 1)
-    throw CaseIdError("source=cu: cu_seqlens index one flat row, B must be 1");
-  if (c.get_int("B") * c.get_int("T") > (int64_t{1} << 26))
-    throw CaseIdError("B * T > 2^26 tokens");
+    return invalid("source=cu: cu_seqlens index one flat row, B must be 1");
+  if (c.get_int("B") * c.get_int("T") > (int64_t{1} << 26)) return invalid("B * T > 2^26 tokens");
+  return Status::Ok();
 }
 
 OpSchema segments_schema() {
@@ -517,7 +521,7 @@ Params decode(const Case& c) {
     d.format = decode_choice<Format>(c, "format", kFormatNames);
     d.dtype = decode_dtype(c);
   } else {
-    d.layer_types = mask_layer_types(c.get("pattern"));
+    d.layer_types = checked(mask_layer_types(c.get("pattern")));
   }
   return d;
 }
@@ -531,7 +535,7 @@ int64_t mask_kv_length(const Case& c) {
   return kv > 0 ? kv : c.get_int("offset") + c.get_int("q");
 }
 
-std::vector<std::string> mask_layer_types(const std::string& pattern) {
+StatusOr<std::vector<std::string>> mask_layer_types(const std::string& pattern) {
   auto repeat = [](std::vector<std::string> period, int times) {
     std::vector<std::string> out;
     for (int i = 0; i < times; ++i) out.insert(out.end(), period.begin(), period.end());
@@ -551,9 +555,9 @@ std::vector<std::string> mask_layer_types(const std::string& pattern) {
     if (name == "linear" || name == "full" || name == "sliding" || name == "chunked")
       out.push_back(name + "_attention");
     else
-      throw CaseIdError("pattern '" + pattern + "': unknown layer '" + name +
-                        "' (named patterns: qwen35, hybrid3, all-linear, all-full; or a+b+... "
-                        "of linear, full, sliding, chunked)");
+      return invalid("pattern '" + pattern + "': unknown layer '" + name +
+                     "' (named patterns: qwen35, hybrid3, all-linear, all-full; or a+b+... of "
+                     "linear, full, sliding, chunked)");
     start = plus + 1;
   }
   return out;

@@ -72,8 +72,8 @@ int64_t mask_kv_length(const cases::Case& c);
 //   all-full    full x4
 // or an explicit list of short names joined by '+': linear, full, sliding, chunked (e.g.
 // pattern=linear+sliding+full+full), each expanded to its *_attention type.
-// Throws CaseIdError naming an unknown pattern or type.
-std::vector<std::string> mask_layer_types(const std::string& pattern);
+// InvalidArgument naming an unknown pattern or type.
+StatusOr<std::vector<std::string>> mask_layer_types(const std::string& pattern);
 
 // The three operations' definitions (case.cc) and their one Operation (operation.cc).
 cases::OpDefinition mask_definition();

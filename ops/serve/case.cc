@@ -11,14 +11,14 @@
 namespace deltacheck::ops::serve {
 namespace {
 
-void check_serve(const Case& c) {
-  if (c.get_int("HV") % c.get_int("H") != 0)
-    throw CaseIdError("HV % H != 0 (HV=" + c.get("HV") + ", H=" + c.get("H") + ")");
+Status check_serve(const Case& c) {
+  if (Status st = check_heads(c); !st.ok()) return st;
   if (c.get("contract") == "serving" && (c.get_int("block") < 16 || c.get_int("block") > 2048))
-    throw CaseIdError(
+    return invalid(
         "contract=serving checkpoints through cache=ckpt, whose blocks are 16..2048 "
         "tokens (block=" +
         c.get("block") + ")");
+  return Status::Ok();
 }
 
 OpSchema serve_schema() {

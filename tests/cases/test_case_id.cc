@@ -100,6 +100,111 @@ TEST(CaseId, ErrorsComeBackAsValuesWithTheSameMessages) {
   EXPECT_EQ(lookup_schema("mask").value()->op, "mask");
 }
 
+// Every op's cross-parameter rules (OpSchema::check) come back as values, with the messages the
+// CLI has always printed (pinned here byte for byte), and parse() throws the same.
+TEST(CaseId, CrossParameterRulesComeBackAsValues) {
+  const std::vector<std::pair<std::string, std::string>> broken{
+      {"gdr(H=3,HV=4)", "HV % H != 0 (HV=4, H=3)"},
+      {"gdr(cache=none)", "cache=none takes no initial state (state=rand)"},
+      {"gdr(cache=decode,layout=packed[1,2])",
+       "cache=decode needs one token per sequence (packed[1*N])"},
+      {"gdr(cache=spec,layout=packed[2,3])",
+       "cache=spec needs sequences of equal length (batch[NxT]: T drafts)"},
+      {"gdr(calls=65)",
+       "calls must be <= 64 for cache=prefill (calls=65; only cache=ckpt takes block sizes up to "
+       "2048)"},
+      {"gdr(cache=decode,calls=65,layout=packed[1*4])",
+       "calls must be <= 64 for cache=decode (calls=65; only cache=ckpt takes block sizes up to "
+       "2048)"},
+      {"gdr(cache=ckpt,state=none)",
+       "cache=ckpt takes the block size in calls: 16..2048 tokens (calls=3)"},
+      {"gdr(cache=pool,state=none)", "cache=pool reads states from a pool: state must not be none"},
+      {"gdr(cache=spec,state=none,layout=batch[2x3])",
+       "cache=spec reads states from a pool: state must not be none"},
+      {"serve(contract=serving,block=8)",
+       "contract=serving checkpoints through cache=ckpt, whose blocks are 16..2048 tokens "
+       "(block=8)"},
+      {"layer(layout=batch[2x4])",
+       "layer cases are packed or single (the layer takes [T, D] rows)"},
+      {"mask(cache=static,kv=10)",
+       "cache=static: kv (max_cache_len) must exceed offset + q = 16 (kv=10)"},
+      {"mask(cache=none,kv=5)", "cache=none: kv must be 0 or offset + q = 16 (kv=5)"},
+      {"mask(offset=3)", "cache=none: no cached tokens, offset must be 0 (offset=3)"},
+      {"mask(cache=dynamic)", "cache=dynamic: needs cached tokens, offset must be > 0"},
+      {"mask(cache=chunked,q=1,offset=4)",
+       "cache=chunked: a chunked-prefill call has q > 1 (a decode step is cache=dynamic)"},
+      {"mask(cache=chunked,offset=0)", "cache=chunked: needs cached tokens, offset must be > 0"},
+      {"mask(B=1024,q=1048576,kv=0)", "mask of B * q * kv > 2^28 elements"},
+      {"mask(causal=0,window=4)", "window and chunk are defined for causal masks only (causal=0)"},
+      {"mask(format=bool,dtype=bf16)",
+       "dtype applies to additive masks only (format=bool takes dtype=fp32)"},
+      {"layers(pattern=foo)",
+       "pattern 'foo': unknown layer 'foo' (named patterns: qwen35, hybrid3, all-linear, all-full; "
+       "or a+b+... of linear, full, sliding, chunked)"},
+      {"layers(pattern=linear+bogus)",
+       "pattern 'linear+bogus': unknown layer 'bogus' (named patterns: qwen35, hybrid3, "
+       "all-linear, all-full; or a+b+... of linear, full, sliding, chunked)"},
+      {"layers(pattern=)",
+       "pattern '': unknown layer '' (named patterns: qwen35, hybrid3, all-linear, all-full; or "
+       "a+b+... of linear, full, sliding, chunked)"},
+      {"layers(pattern=sliding,window=0)",
+       "pattern has sliding_attention layers: window must be > 0"},
+      {"layers(pattern=chunked,chunk=0)",
+       "pattern has chunked_attention layers: chunk must be > 0"},
+      {"segments(source=cu,B=2)", "source=cu: cu_seqlens index one flat row, B must be 1"},
+      {"segments(B=4096,T=67108864)", "B * T > 2^26 tokens"},
+      {"gdr_grad(layout=single[8],tail=3)",
+       "tail=3 needs a packed layout (tokens past cu_seqlens[-1]); got single[8]"},
+      {"gdr_grad(layout=batch[2x8],tail=1)",
+       "tail=1 needs a packed layout (tokens past cu_seqlens[-1]); got batch[2x8]"},
+      {"gdr_grad(layout=packed[63,0,65],cp=63)",
+       "cp=63 cuts no sequence of packed[63,0,65]: the cut must fall inside one (token 1 .. length "
+       "- 1 of it)"},
+      {"gdr_grad(layout=packed[63,0,65],cp=128)",
+       "cp=128 cuts no sequence of packed[63,0,65]: the cut must fall inside one (token 1 .. "
+       "length - 1 of it)"},
+      {"gdr_grad(layout=packed[63,0,65],cp=500)",
+       "cp=500 cuts no sequence of packed[63,0,65]: the cut must fall inside one (token 1 .. "
+       "length - 1 of it)"},
+      {"gdr_grad(layout=batch[2x8],cp=3)",
+       "cp=3 cuts one packed row: needs a packed or single layout, got batch[2x8]"},
+      {"gdr_grad(layout=packed[8,8],cp=3,tail=2)", "cp and tail cannot be combined"},
+      {"gdr_grad(layout=packed[8,8],cp=8)",
+       "cp=8 cuts no sequence of packed[8,8]: the cut must fall inside one (token 1 .. length - 1 "
+       "of it)"},
+      {"gdr(cache=tree,layout=packed[2,3])",
+       "cache=tree needs layout batch[NxT] (N requests of T draft tokens)"},
+      {"gdr(cache=accept,layout=single[4])",
+       "cache=accept needs layout batch[NxT] (N sequences of 1 + k tokens)"},
+      {"gdr(cache=tree,layout=batch[2x3],state=none)",
+       "cache=tree reads states from a pool: state must not be none"},
+      {"gdr(cache=accept,layout=batch[2x3],state=none)",
+       "cache=accept reads states from a pool: state must not be none"},
+      {"gdr_grad(H=3,HV=4)", "HV % H != 0 (HV=4, H=3)"},
+      {"layer_grad(H=3,HV=4)", "HV % H != 0 (HV=4, H=3)"},
+      {"layer_grad(layout=batch[2x8])",
+       "layer cases are packed or single (the layer takes [T, D] rows)"},
+      {"serve(H=3,HV=4)", "HV % H != 0 (HV=4, H=3)"},
+      {"layer(H=3,HV=4)", "HV % H != 0 (HV=4, H=3)"},
+      {"layer(cache=none)", "cache=none takes no initial state (state=rand)"},
+      {"layer(cache=decode,layout=packed[1,2])",
+       "cache=decode needs one token per sequence (packed[1*N])"},
+  };
+  for (const auto& [id, rule] : broken) {
+    SCOPED_TRACE(id);
+    const StatusOr<Case> v = Case::from_id(id);
+    ASSERT_FALSE(v.ok());
+    EXPECT_EQ(v.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(v.status().message(), "case id '" + id + "': " + rule);
+    try {
+      Case::parse(id);
+      ADD_FAILURE() << "parse() accepted what from_id() refused";
+    } catch (const CaseIdError& e) {
+      EXPECT_EQ(v.status().message(), e.what());
+    }
+  }
+}
+
 TEST(Generate, SameSeedSameBitsAndSequencesIndependentOfNeighbours) {
   const Case a = Case::parse("gdr(layout=packed[5,7],dtype=bf16,seed=3)");
   const TensorMap x = generate_inputs(a), y = generate_inputs(a);

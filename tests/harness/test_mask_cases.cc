@@ -37,7 +37,7 @@ const std::vector<PreparedCase>& prepared_gate_cases() {
 
 bool pattern_has(const Case& c, const std::string& type) {
   if (c.op() != "layers") return false;
-  for (const std::string& t : ops::mask::mask_layer_types(c.get("pattern")))
+  for (const std::string& t : ops::mask::mask_layer_types(c.get("pattern")).take())
     if (t == type) return true;
   return false;
 }

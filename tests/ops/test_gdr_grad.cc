@@ -258,7 +258,7 @@ TEST(GdrGradContextParallel, IdsSplitAndRankCases) {
   const TensorMap a = cases::generate_inputs(c, {}), b = cases::generate_inputs(plain, {});
   for (const Tensor& t : b.all())
     EXPECT_EQ(std::memcmp(t.data(), a.at(t.name()).data(), t.nbytes()), 0) << t.name();
-  const gdr_grad::CpSplit s = gdr_grad::cp_split(gdr_grad::decode(c));
+  const gdr_grad::CpSplit s = gdr_grad::cp_split(gdr_grad::decode(c)).value();
   EXPECT_EQ(s.seq, 2);
   EXPECT_EQ(s.at, 37);
   ASSERT_EQ(s.rank0.size(), 3u);  // seq 0, the empty seq 1, seq 2's first 37 tokens

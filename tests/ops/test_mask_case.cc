@@ -35,9 +35,10 @@ TEST(MaskCaseId, CanonicalFormAndKvLength) {
             "packed=none,format=bool,dtype=fp32,seed=0)");
   EXPECT_EQ(mask_kv_length(c), 38);
   EXPECT_EQ(mask_kv_length(Case::parse("mask(q=4,kv=64,cache=static)")), 64);
-  EXPECT_EQ(mask_layer_types("linear+sliding+full"),
+  EXPECT_EQ(mask_layer_types("linear+sliding+full").value(),
             (std::vector<std::string>{"linear_attention", "sliding_attention", "full_attention"}));
-  EXPECT_EQ(mask_layer_types("qwen35").size(), 8u);
+  EXPECT_EQ(mask_layer_types("qwen35").value().size(), 8u);
+  EXPECT_FALSE(mask_layer_types("linear+bogus").ok());
 }
 
 TEST(MaskCaseId, InconsistentParametersAreNamed) {

@@ -139,13 +139,16 @@ TEST(OpsRegistry, EachOperationOnce) {
     EXPECT_TRUE(names.insert(r.definition.schema.op).second) << r.definition.schema.op;
     EXPECT_NE(r.operation, nullptr);
     EXPECT_NE(r.definition.generate, nullptr);
-    EXPECT_EQ(&find(r.definition.schema.op), &r);
+    EXPECT_EQ(find(r.definition.schema.op).value(), &r);
   }
   EXPECT_EQ(names, (std::set<std::string>{"gdr", "gdr_grad", "layer", "layer_grad", "mask",
                                           "layers", "segments", "serve"}));
   for (const Case& c : cases::suite("smoke"))
-    EXPECT_EQ(&operation_for(c), find(c.op()).operation) << c.id();
-  EXPECT_THROW(find("nope"), cases::CaseIdError);
+    EXPECT_EQ(&operation_for(c), find(c.op()).value()->operation) << c.id();
+  const deltacheck::StatusOr<const RegisteredOp*> nope = find("nope");
+  ASSERT_FALSE(nope.ok());
+  EXPECT_EQ(nope.status().message().rfind("unknown operation 'nope' (known: gdr, ", 0), 0u)
+      << nope.status().message();
 }
 
 }  // namespace
