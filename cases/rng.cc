@@ -197,6 +197,15 @@ double Stream::uniform_miss(uint64_t i) const {
     const auto w = philox4x32(key_, 0, i >> 2);
     return static_cast<double>(w[i & 3] >> 8) * kTwoM24;
   }
+  if (uniform_size_ == 0) {
+    // A stream's first miss caches one counter's four values, not a block: many streams draw a
+    // few values only (a one-token sequence's gate), and a block of 96 would be mostly waste.
+    const auto w = philox4x32(key_, 0, i >> 2);
+    uniform_begin_ = i & ~uint64_t{3};
+    for (int m = 0; m < 4; ++m) uniform_cache_[m] = static_cast<double>(w[m] >> 8) * kTwoM24;
+    uniform_size_ = 4;
+    return uniform_cache_[i - uniform_begin_];
+  }
   uniform_begin_ = i - i % kUniformBlock;
   uniform_fill(uniform_begin_, kUniformBlock, uniform_cache_);
   uniform_size_ = kUniformBlock;
@@ -211,9 +220,11 @@ double Stream::normal_miss(uint64_t i) const {
         sum += static_cast<double>(x >> 8) * kTwoM24;
     return sum - 6.0;
   }
-  normal_begin_ = i - i % kNormalBlock;
-  normal_fill(normal_begin_, kNormalBlock, normal_cache_);
-  normal_size_ = kNormalBlock;
+  // A stream's first miss fills one pass of the lanes (kLanes / 3 normals), later ones a block.
+  const uint64_t block = normal_size_ == 0 ? kLanes / 3 : kNormalBlock;
+  normal_begin_ = i - i % block;
+  normal_fill(normal_begin_, block, normal_cache_);
+  normal_size_ = block;
   return normal_cache_[i - normal_begin_];
 }
 
