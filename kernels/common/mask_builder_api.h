@@ -12,6 +12,28 @@
 #include "core/status.h"
 #include "kernels/common/mask_params.h"
 
+// The functions every host mask builder defines in its own namespace (kernels::cpu,
+// kernels::torch), declared once: the contract of each is kernels/common/mask_params.h.
+#define DELTACHECK_MASK_BUILDER_FUNCTIONS                                                          \
+  ::deltacheck::Status validate(const ::deltacheck::kernels::MaskParams& p);                       \
+  ::deltacheck::Status build_bool_mask(const ::deltacheck::kernels::MaskParams& p, uint8_t* out);  \
+  ::deltacheck::Status build_additive_mask(const ::deltacheck::kernels::MaskParams& p,             \
+                                           ::deltacheck::kernels::AdditiveFill fill, float* out);  \
+  ::deltacheck::Status mask_needed(const ::deltacheck::kernels::MaskParams& p, bool* needed);      \
+  ::deltacheck::Status fully_masked_rows(const ::deltacheck::kernels::MaskParams& p,               \
+                                         uint8_t* out);                                            \
+  ::deltacheck::Status token_validity(const ::deltacheck::kernels::MaskParams& p, uint8_t* out);   \
+  ::deltacheck::Status layer_masks(const std::vector<std::string>& layer_types,                    \
+                                   const ::deltacheck::kernels::MaskParams& p,                     \
+                                   ::deltacheck::kernels::LayerMasks* out);                        \
+  ::deltacheck::Status sequence_index_from_cu_seqlens(const int64_t* cu_seqlens, int64_t num_seqs, \
+                                                      int64_t* out);                               \
+  ::deltacheck::Status segments_from_position_ids(const int64_t* position_ids, int64_t batch,      \
+                                                  int64_t len,                                     \
+                                                  ::deltacheck::kernels::PackedSegments* out);     \
+  ::deltacheck::Status unpad(const uint8_t* padding_mask, int64_t batch, int64_t len,              \
+                             ::deltacheck::kernels::Unpadded* out)
+
 #define DELTACHECK_MASK_BUILDER_API(Name, ns)                                                   \
   struct Name {                                                                                 \
     using Params = ::deltacheck::kernels::MaskParams; /* the contract's types, for derived */   \
