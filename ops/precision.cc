@@ -57,7 +57,14 @@ std::vector<reference::Arithmetic> grad_baselines(cases::DType dtype, MatmulPrec
   lowp.operands = act != Rounding::kNone                ? act
                   : precision == MatmulPrecision::kTF32 ? Rounding::kTF32
                                                         : Rounding::kNone;
-  if (lowp.operands != Rounding::kNone) out.push_back(lowp);
+  if (lowp.operands != Rounding::kNone) {
+    out.push_back(lowp);
+    // The chunked form as a tensor-core kernel runs it: operands, the UT matrix, w, u, v_new
+    // and the states and state gradients it keeps between passes in the activation dtype.
+    reference::Arithmetic chunked_lowp = chunked;
+    chunked_lowp.operands = lowp.operands;
+    out.push_back(chunked_lowp);
+  }
   return out;
 }
 

@@ -28,8 +28,9 @@ std::vector<reference::Arithmetic> rule_baselines(cases::DType dtype, MatmulPrec
 // The backward formulations in real use in the precision of a case whose activations are `dtype`
 // (gdr_grad, layer_grad): the fp32 token recurrence (activation gradients stored in the
 // activation dtype), the fp32 chunked form (chunk 64, dg by the reverse cumulative sum of the
-// cumulative gates' gradient), and for bf16 / fp16 activations (or a TF32 declaration) the
-// recurrence with matmul operands in that format.
+// cumulative gates' gradient), and for bf16 / fp16 activations (or a TF32 declaration) both
+// with matmul operands in that format (the chunked one also keeping its UT matrix, w, u, v_new,
+// states and state gradients in it).
 std::vector<reference::Arithmetic> grad_baselines(cases::DType dtype, MatmulPrecision precision);
 
 // Rounds values to what a tensor of `dtype` holds (FP64: unchanged).

@@ -86,7 +86,7 @@ void forward_step(const TokenView<T>& tv, const double* v, int64_t K, int64_t V,
 template <typename R, typename Tok>
 void chunked_head(const GatedDeltaRuleArgs& a, const double* d_output, int64_t n, int64_t C,
                   const R* q, const R* k, Tok tok, R* S0, R* dS, R* dq, R* dk,
-                  GatedDeltaRuleGradients& r, Rounding out) {
+                  GatedDeltaRuleGradients& r, Rounding op, Rounding out) {
   const int64_t K = a.key_dim, V = a.value_dim, KV = K * V;
   const int64_t chunks = (n + C - 1) / C;
   // The state at the start of every chunk (forward).
@@ -126,6 +126,7 @@ void chunked_head(const GatedDeltaRuleArgs& a, const double* d_output, int64_t n
         Aqk[i * C + j] = d * Lm[i * C + j];
       }
     }
+    for (int64_t e = 0; e < m * C; ++e) Tm[e] = round_to(op, Tm[e]);  // stored as an operand
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t y = 0; y < V; ++y) u[i * V + y] = R(0);
       for (int64_t x = 0; x < K; ++x) w[i * K + x] = R(0);
@@ -134,18 +135,27 @@ void chunked_head(const GatedDeltaRuleArgs& a, const double* d_output, int64_t n
         for (int64_t y = 0; y < V; ++y) u[i * V + y] += tij * vb[j * V + y];
         for (int64_t x = 0; x < K; ++x) w[i * K + x] += tij * kbe[j * K + x];
       }
+      for (int64_t y = 0; y < V; ++y) u[i * V + y] = round_to(op, u[i * V + y]);
+      for (int64_t x = 0; x < K; ++x) w[i * K + x] = round_to(op, w[i * K + x]);
       for (int64_t y = 0; y < V; ++y) {
         R ws = R(0);
         for (int64_t x = 0; x < K; ++x) ws += w[i * K + x] * S[x * V + y];
-        vnew[i * V + y] = u[i * V + y] - ws;
+        vnew[i * V + y] = round_to(op, u[i * V + y] - ws);
       }
     }
     return m;
   };
+  // The state and its gradient as matmul operands (`op`: in the activation dtype, as a
+  // tensor-core kernel stores them between its passes); the chain between chunks stays in R.
+  std::vector<R> Sr(KV), dSr(KV);
+  auto operand = [&](const R* x, std::vector<R>& to) {
+    for (int64_t e = 0; e < KV; ++e) to[e] = round_to(op, x[e]);
+    return to.data();
+  };
   for (int64_t c = 0; c < chunks; ++c) {
     const R* S = &starts[c * KV];
     R* next = &starts[(c + 1) * KV];
-    const int64_t m = forward(c, S);
+    const int64_t m = forward(c, operand(S, Sr));
     const R egl = std::exp(G[m - 1]);
     for (int64_t x = 0; x < K; ++x)
       for (int64_t y = 0; y < V; ++y) {
@@ -159,28 +169,28 @@ void chunked_head(const GatedDeltaRuleArgs& a, const double* d_output, int64_t n
       dkb(C * K), dvb(C * V), dTm(C * C), dM(C * C), dLL(C * C), dG(C), tmp(C * C), dSprev(KV);
   for (int64_t c = chunks - 1; c >= 0; --c) {
     const int64_t t0 = c * C;
-    const R* S = &starts[c * KV];
+    const R* S = operand(&starts[c * KV], Sr);
     const int64_t m = forward(c, S);
     const R egl = std::exp(G[m - 1]);
     std::fill(dG.begin(), dG.end(), R(0));
     std::fill(dLL.begin(), dLL.end(), R(0));  // dL * L: what exp(G_i - G_j) passes to dG
     for (int64_t i = 0; i < m; ++i)
-      for (int64_t y = 0; y < V; ++y) dO[i * V + y] = R(d_output[tok(t0 + i) * V + y]);
+      for (int64_t y = 0; y < V; ++y)
+        dO[i * V + y] = round_to(op, R(d_output[tok(t0 + i) * V + y]));
     // S' = egl S + kd^T v_new.
     R dglast = R(0);
-    for (int64_t e = 0; e < KV; ++e) {
-      dSprev[e] = egl * dS[e];
-      dglast += dS[e] * egl * S[e];
-    }
+    for (int64_t e = 0; e < KV; ++e) dSprev[e] = egl * dS[e];
+    const R* dSm = operand(dS, dSr);  // this chunk's products read the rounded gradient
+    for (int64_t e = 0; e < KV; ++e) dglast += dSm[e] * egl * S[e];
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t x = 0; x < K; ++x) {
         R acc = R(0);
-        for (int64_t y = 0; y < V; ++y) acc += vnew[i * V + y] * dS[x * V + y];
+        for (int64_t y = 0; y < V; ++y) acc += vnew[i * V + y] * dSm[x * V + y];
         dkd[i * K + x] = acc;
       }
       for (int64_t y = 0; y < V; ++y) {
         R acc = R(0);
-        for (int64_t x = 0; x < K; ++x) acc += kd[i * K + x] * dS[x * V + y];
+        for (int64_t x = 0; x < K; ++x) acc += kd[i * K + x] * dSm[x * V + y];
         dvnew[i * V + y] = acc;
       }
     }
@@ -391,7 +401,7 @@ GatedDeltaRuleGradients backward(const GatedDeltaRuleArgs& a, const double* d_ou
           std::copy(d_final_state + state_row, d_final_state + state_row + KV, dS.begin());
         if (L.length > 0)
           chunked_head(a, d_output, L.length, chunk, qs.data(), ks.data(), token, S0.data(),
-                       dS.data(), dq_hat.data(), dk_hat.data(), r, out);
+                       dS.data(), dq_hat.data(), dk_hat.data(), r, op, out);
         std::copy(dS.begin(), dS.end(), r.dh0.begin() + state_row);
         continue;
       }
@@ -515,8 +525,6 @@ GatedDeltaRuleGradients gated_delta_rule_backward(const GatedDeltaRuleArgs& a,
                                                   const Arithmetic& how) {
   if (how.form == Formulation::kChunked) {
     if (how.chunk_size < 1) throw std::invalid_argument("chunk_size must be >= 1");
-    if (how.operands != Rounding::kNone)
-      throw std::invalid_argument("the chunked backward baseline computes in fp32 or FP64 only");
   }
   const int64_t chunk = how.form == Formulation::kChunked ? how.chunk_size : 0;
   return how.fp32 ? backward<float>(a, d_output, d_final_state, how.operands, how.output, chunk)

@@ -42,10 +42,11 @@ GatedDeltaRuleGradients gated_delta_rule_backward(const GatedDeltaRuleArgs& args
 // product) to bf16 / fp16 / TF32; or the chunked form (Formulation::kChunked, chunks of
 // `how.chunk_size` tokens of each sequence) as FLA's and Transformers' naive chunk functions
 // compute under autograd: chunk-local cumulative gates G, the UT transform, and dg as the
-// reverse cumulative sum of dG (operands not rounded: kNone only). `how.output` rounds the
-// activation gradients (dq, dk, dv, dbeta) as a kernel stores them; dg and dh0 stay in the
-// compute type. In FP64 both forms equal the oracle (the recurrence bit for bit, the chunked form
-// to rounding). Throws std::invalid_argument for a chunked form with rounded operands.
+// reverse cumulative sum of dG; `how.operands` rounds its operands (normalized q and k, do), what
+// a tensor-core kernel stores between passes (the UT matrix, w, u, v_new) and the state and state
+// gradient where they enter a product. `how.output` rounds the activation gradients (dq, dk, dv,
+// dbeta) as a kernel stores them; dg and dh0 stay in the compute type. In FP64 without rounding
+// both forms equal the oracle (the recurrence bit for bit, the chunked form to rounding).
 GatedDeltaRuleGradients gated_delta_rule_backward(const GatedDeltaRuleArgs& args,
                                                   const double* d_output,
                                                   const double* d_final_state,

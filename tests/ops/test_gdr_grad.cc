@@ -3,6 +3,7 @@
 // on the operation's own inputs, the baselines' arithmetic, and context-parallel (cp) cases.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -193,8 +194,8 @@ TEST(GdrGradOracle, OutputsSlicesAndTail) {
   EXPECT_TRUE(op.carried_states(c).empty());  // no split probe
 }
 
-// The baselines: the backward's recurrent and chunked forms in fp32 (and the recurrence with bf16
-// operands for a bf16 case), near the oracle but not equal to it; the FP64 arithmetic without
+// The baselines: the backward's recurrent and chunked forms in fp32 (and both with bf16 operands
+// for a bf16 case), near the oracle but not equal to it; the FP64 arithmetic without
 // rounding gives the oracle's bits, the FP64 chunked form its values to rounding.
 TEST(GdrGradOracle, BaselinesAreTheBackwardInTheCasesPrecision) {
   for (const char* dtype : {"fp32", "bf16"}) {
@@ -204,7 +205,7 @@ TEST(GdrGradOracle, BaselinesAreTheBackwardInTheCasesPrecision) {
     const Operation& op = operation_for(c);
     const Values oracle = op.oracle(c, in);
     const std::vector<Baseline> bs = op.baselines(c, in, MatmulPrecision::kDefault);
-    ASSERT_EQ(bs.size(), std::string(dtype) == "fp32" ? 2u : 3u);
+    ASSERT_EQ(bs.size(), std::string(dtype) == "fp32" ? 2u : 4u);
     EXPECT_NE(bs[1].name.find("chunked fp32"), std::string::npos) << bs[1].name;
     for (const Baseline& b : bs)
       for (const auto& [name, ref] : oracle) {
@@ -237,9 +238,15 @@ TEST(GdrGradOracle, BaselinesAreTheBackwardInTheCasesPrecision) {
       reference::gated_delta_rule_backward(a, dout.data(), dht.data(), chunked);
   for (size_t i = 0; i < exact.dg.size(); ++i) EXPECT_NEAR(fp64_chunked.dg[i], exact.dg[i], 1e-12);
   for (size_t i = 0; i < exact.dq.size(); ++i) EXPECT_NEAR(fp64_chunked.dq[i], exact.dq[i], 1e-12);
-  chunked.operands = reference::Rounding::kBF16;  // the chunked form has no rounded operands
-  EXPECT_THROW(reference::gated_delta_rule_backward(a, dout.data(), dht.data(), chunked),
-               std::invalid_argument);
+  chunked.operands = reference::Rounding::kBF16;  // rounded operands move it, a little
+  const auto lowp = reference::gated_delta_rule_backward(a, dout.data(), dht.data(), chunked);
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < exact.dq.size(); ++i) {
+    worst = std::max(worst, std::abs(lowp.dq[i] - exact.dq[i]));
+    scale = std::max(scale, std::abs(exact.dq[i]));
+  }
+  EXPECT_GT(worst, 1e-6 * scale);
+  EXPECT_LT(worst, 5e-2 * scale);
 }
 
 // cp=S is absent from the id at its default (every older id stays), part of it otherwise; the

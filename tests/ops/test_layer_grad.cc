@@ -103,7 +103,7 @@ TEST(LayerGradCase, OutputsSlicesOracleAndBaselines) {
   const TensorMap in = cases::generate_inputs(c, {});
   const Values want = op.oracle(c, in);
   const std::vector<Baseline> bs = op.baselines(c, in, MatmulPrecision::kDefault);
-  ASSERT_EQ(bs.size(), 3u);  // fp32 recurrence, fp32 chunked; bf16 operands
+  ASSERT_EQ(bs.size(), 4u);  // fp32 recurrence, fp32 chunked; both with bf16 operands
   for (const OutputSpec& s : op.outputs(c)) {
     ASSERT_TRUE(want.count(s.name)) << s.name;
     int64_t numel = 1;
