@@ -3,6 +3,8 @@
 // lock another thread held at the fork (HDF5's library-wide lock; the storage pool's). Code that
 // holds such locks runs inside a NoForkSection; fork() is called inside a ForkSection, which
 // waits until no other thread is in one. Sections nest within a thread.
+// (A sanitizer's own allocator locks are beyond this guard: GCC 12's ASan has no fork handlers,
+// docs/reliability.md, "Sanitizers and fork()".)
 #pragma once
 
 namespace deltacheck::cases {
