@@ -15,6 +15,9 @@ BUILD_DIR="${BUILD_DIR:-build}"
 start=$(date +%s)
 venv=.venv
 [ -x "$venv/bin/python" ] || { echo "python-check: error: no $venv (run scripts/setup.sh)" >&2; exit 2; }
+# The install the package builds against, refreshed from the build (a library rebuilt since
+# scripts/setup.sh would otherwise meet the package built against the old one).
+BUILD_DIR="$BUILD_DIR" scripts/python-install.sh
 
 echo "--- the package without torch ($venv)"
 "$venv/bin/python" -c "import deltacheck, sys; sys.exit('torch' in sys.modules)" ||

@@ -39,15 +39,6 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${DELTACHECK_CMAK
 cmake --build "$BUILD_DIR" -j "$(nproc)"
 echo "deltacheck setup: built $BUILD_DIR/deltacheck"
 
-# The Python package (python/, docs/python.md) in the project's venv .venv, without torch: built
-# against an install of this build ($BUILD_DIR/install) by pip (nanobind, scikit-build-core and
-# pytest from PyPI). Reinstalled only when the package's sources or the library changed.
-cmake --install "$BUILD_DIR" --prefix "$BUILD_DIR/install" >/dev/null
-[ -x .venv/bin/python ] || python3 -m venv .venv
-stamp="$(cat python/pyproject.toml python/CMakeLists.txt python/src/_deltacheck.cc \
-  python/src/deltacheck/*.py "$BUILD_DIR/install/lib/libdeltacheck.a" | sha256sum | cut -c1-16)"
-if [ "$(cat .venv/.deltacheck-stamp 2>/dev/null)" != "$stamp" ]; then
-  CMAKE_PREFIX_PATH="$PWD/$BUILD_DIR/install" .venv/bin/pip install -q pytest pytest-xdist ./python
-  echo "$stamp" > .venv/.deltacheck-stamp
-fi
+# The Python package in .venv (scripts/python-install.sh).
+BUILD_DIR="$BUILD_DIR" scripts/python-install.sh
 echo "deltacheck setup: the Python package in .venv (.venv/bin/python -c 'import deltacheck')"
