@@ -387,6 +387,7 @@ std::string describe(const Arithmetic& how) {
   s += how.fp32 ? " fp32" : " fp64";
   if (how.operands != Rounding::kNone)
     s += std::string(", ") + rounding_name(how.operands) + " operands";
+  if (how.exact_cumsum) s += ", exact cumsum";
   return s;
 }
 

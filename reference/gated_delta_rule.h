@@ -76,6 +76,11 @@ struct Arithmetic {
   Rounding stored = Rounding::kNone;
   Rounding output = Rounding::kNone;  // o as the kernel stores it (the activation dtype)
   int64_t chunk_size = 64;
+  // Chunked backward only: the chunk's cumulative gates G and dg's reverse cumulative sum
+  // accumulated in FP64 and rounded to the compute type once per token, as torch.cumsum computes
+  // fp32 on a CPU (FLA's and Transformers' naive chunk functions under autograd); otherwise a
+  // running sum in the compute type, as a kernel's loop keeps it.
+  bool exact_cumsum = false;
 };
 
 std::string describe(const Arithmetic& how);  // e.g. "chunked fp32, bf16 operands"

@@ -86,7 +86,7 @@ void forward_step(const TokenView<T>& tv, const double* v, int64_t K, int64_t V,
 template <typename R, typename Tok>
 void chunked_head(const GatedDeltaRuleArgs& a, const double* d_output, int64_t n, int64_t C,
                   const R* q, const R* k, Tok tok, R* S0, R* dS, R* dq, R* dk,
-                  GatedDeltaRuleGradients& r, Rounding op, Rounding out) {
+                  GatedDeltaRuleGradients& r, Rounding op, Rounding out, bool exact_cumsum) {
   const int64_t K = a.key_dim, V = a.value_dim, KV = K * V;
   const int64_t chunks = (n + C - 1) / C;
   // The state at the start of every chunk (forward).
@@ -98,7 +98,10 @@ void chunked_head(const GatedDeltaRuleArgs& a, const double* d_output, int64_t n
   auto forward = [&](int64_t c, const R* S) -> int64_t {
     const int64_t t0 = c * C, m = std::min(C, n - t0);
     R acc = R(0);
-    for (int64_t i = 0; i < m; ++i) G[i] = acc += R(a.g[tok(t0 + i)]);
+    double exact = 0.0;  // exact_cumsum: the sum of the gates as R, rounded once per token
+    for (int64_t i = 0; i < m; ++i)
+      G[i] = exact_cumsum ? R(exact += static_cast<double>(R(a.g[tok(t0 + i)])))
+                          : acc += R(a.g[tok(t0 + i)]);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j <= i; ++j) Lm[i * C + j] = std::exp(G[i] - G[j]);
     for (int64_t i = 0; i < m; ++i) {
@@ -316,6 +319,7 @@ void chunked_head(const GatedDeltaRuleArgs& a, const double* d_output, int64_t n
     dG[m - 1] += dglast;
     // kb = beta k, vb = beta v; G = cumsum(g): dg = reverse cumsum of dG.
     R rev = R(0);
+    double rev_exact = 0.0;
     for (int64_t i = m - 1; i >= 0; --i) {
       const int64_t t = tok(t0 + i);
       const R b = R(a.beta[t]);
@@ -330,7 +334,8 @@ void chunked_head(const GatedDeltaRuleArgs& a, const double* d_output, int64_t n
       }
       r.dbeta[t] = static_cast<double>(round_to(out, db));
       rev += dG[i];
-      r.dg[t] = static_cast<double>(rev);
+      rev_exact += static_cast<double>(dG[i]);
+      r.dg[t] = exact_cumsum ? static_cast<double>(R(rev_exact)) : static_cast<double>(rev);
     }
     std::copy(dSprev.begin(), dSprev.end(), dS);
   }
@@ -342,7 +347,7 @@ void chunked_head(const GatedDeltaRuleArgs& a, const double* d_output, int64_t n
 template <typename R>
 GatedDeltaRuleGradients backward(const GatedDeltaRuleArgs& a, const double* d_output,
                                  const double* d_final_state, Rounding op, Rounding out,
-                                 int64_t chunk = 0) {
+                                 int64_t chunk = 0, bool exact_cumsum = false) {
   validate_backward(a, d_output);
   const int64_t B = a.batch, T = a.seq_len, H = a.num_heads, HV = a.num_value_heads;
   const int64_t K = a.key_dim, V = a.value_dim, group = HV / H, KV = K * V;
@@ -401,7 +406,7 @@ GatedDeltaRuleGradients backward(const GatedDeltaRuleArgs& a, const double* d_ou
           std::copy(d_final_state + state_row, d_final_state + state_row + KV, dS.begin());
         if (L.length > 0)
           chunked_head(a, d_output, L.length, chunk, qs.data(), ks.data(), token, S0.data(),
-                       dS.data(), dq_hat.data(), dk_hat.data(), r, op, out);
+                       dS.data(), dq_hat.data(), dk_hat.data(), r, op, out, exact_cumsum);
         std::copy(dS.begin(), dS.end(), r.dh0.begin() + state_row);
         continue;
       }
@@ -527,8 +532,10 @@ GatedDeltaRuleGradients gated_delta_rule_backward(const GatedDeltaRuleArgs& a,
     if (how.chunk_size < 1) throw std::invalid_argument("chunk_size must be >= 1");
   }
   const int64_t chunk = how.form == Formulation::kChunked ? how.chunk_size : 0;
-  return how.fp32 ? backward<float>(a, d_output, d_final_state, how.operands, how.output, chunk)
-                  : backward<double>(a, d_output, d_final_state, how.operands, how.output, chunk);
+  return how.fp32 ? backward<float>(a, d_output, d_final_state, how.operands, how.output, chunk,
+                                    how.exact_cumsum)
+                  : backward<double>(a, d_output, d_final_state, how.operands, how.output, chunk,
+                                     how.exact_cumsum);
 }
 
 }  // namespace deltacheck::reference

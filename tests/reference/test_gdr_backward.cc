@@ -181,15 +181,18 @@ INSTANTIATE_TEST_SUITE_P(Reference, BackwardCrossCheck, ::testing::ValuesIn(kSpe
 TEST_P(BackwardCrossCheck, ChunkedFormInFp64EqualsTheOracle) {
   const Problem p(GetParam());
   const GatedDeltaRuleGradients ref = p.backward();
-  for (int64_t chunk : {1, 3, 4, 64}) {
-    Arithmetic how;
-    how.form = Formulation::kChunked;
-    how.chunk_size = chunk;
-    const GatedDeltaRuleGradients c = gated_delta_rule_backward(
-        p.args(), p.d_out.data(), p.sp.dht ? p.d_ht.data() : nullptr, how);
-    const Disagreement d = compare(c, ref);
-    EXPECT_LT(d.worst, 1e-11) << "chunk " << chunk << ": worst tensor " << d.tensor;
-  }
+  for (int64_t chunk : {1, 3, 4, 64})
+    for (bool exact : {false, true}) {
+      Arithmetic how;
+      how.form = Formulation::kChunked;
+      how.chunk_size = chunk;
+      how.exact_cumsum = exact;
+      const GatedDeltaRuleGradients c = gated_delta_rule_backward(
+          p.args(), p.d_out.data(), p.sp.dht ? p.d_ht.data() : nullptr, how);
+      const Disagreement d = compare(c, ref);
+      EXPECT_LT(d.worst, 1e-11) << "chunk " << chunk << (exact ? ", exact cumsum" : "")
+                                << ": worst tensor " << d.tensor;
+    }
 }
 
 // The cross-check catches the bug classes it exists for (it can fail).
@@ -348,6 +351,37 @@ TEST(ChunkedBackwardBaseline, CanFailAndLosesDgUnderStrongDecayInFp32) {
   const Disagreement d =
       compare(gated_delta_rule_backward(q.args(), q.d_out.data(), q.d_ht.data(), how), ref);
   EXPECT_GT(d.worst, 1e-3);
+}
+
+// The torch.cumsum variant (exact_cumsum: G and dg's reverse sum rounded once per token from an
+// exact sum) is an arithmetic of its own, not the running fp32 sum relabelled: under strong decay
+// its G differences lose more where large cumulative gates cancel, and it stays within fp32's
+// reach of the oracle apart from dg, as the running sum does.
+TEST(ChunkedBackwardBaseline, ExactCumsumIsItsOwnRounding) {
+  const Problem p(kSpecs[3]);  // strong_decay
+  const GatedDeltaRuleGradients ref = p.backward();
+  Arithmetic how;
+  how.form = Formulation::kChunked;
+  how.fp32 = true;
+  const GatedDeltaRuleGradients running =
+      gated_delta_rule_backward(p.args(), p.d_out.data(), p.d_ht.data(), how);
+  how.exact_cumsum = true;
+  const GatedDeltaRuleGradients exact =
+      gated_delta_rule_backward(p.args(), p.d_out.data(), p.d_ht.data(), how);
+  EXPECT_NE(exact.dk, running.dk);
+  EXPECT_NE(exact.dg, running.dg);
+  GatedDeltaRuleGradients no_dg = exact;
+  no_dg.dg = ref.dg;
+  EXPECT_LT(compare(no_dg, ref).worst, 1e-4);
+  std::printf(
+      "[ measured ] strong decay, fp32 chunked: worst rel (dg excepted) running %.2e, "
+      "exact cumsum %.2e\n",
+      [&] {
+        GatedDeltaRuleGradients r = running;
+        r.dg = ref.dg;
+        return compare(r, ref).worst;
+      }(),
+      compare(no_dg, ref).worst);
 }
 
 TEST(GatedDeltaRuleBackward, EmptySequenceHandsDhtBackAndPaddingTailIsExactlyZero) {
