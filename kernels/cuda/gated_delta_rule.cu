@@ -158,7 +158,8 @@ Status gated_delta_rule_can_implement(const GatedDeltaRuleParams& p) {
   return Status::Ok();
 }
 
-Status validate_sequence_layout(const GatedDeltaRuleParams& p, cudaStream_t stream) {
+Status validate_sequence_layout(const GatedDeltaRuleParams& p, cudaStream_t stream,
+                                bool allow_tail) {
   if (Status st = check_common(p); !st.ok()) return st;
   const int64_t n = sequence_count(p);
   std::vector<int64_t> cu;
@@ -185,7 +186,9 @@ Status validate_sequence_layout(const GatedDeltaRuleParams& p, cudaStream_t stre
     return st;
   if (p.cu_seqlens) {
     if (cu[0] != 0) return Status::InvalidArgument("cu_seqlens[0] must be 0");
-    if (cu[static_cast<size_t>(n)] != p.seq_len)
+    if (allow_tail && cu[static_cast<size_t>(n)] > p.seq_len)
+      return Status::InvalidArgument("cu_seqlens ends past T");
+    if (!allow_tail && cu[static_cast<size_t>(n)] != p.seq_len)
       return Status::InvalidArgument("cu_seqlens must end at T");
     for (int64_t i = 0; i < n; ++i) {
       if (cu[static_cast<size_t>(i + 1)] < cu[static_cast<size_t>(i)])
