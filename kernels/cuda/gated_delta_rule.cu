@@ -68,23 +68,8 @@ Status launch(Algorithm algo, const gdr::KernelArgs& a, cudaStream_t stream) {
                                                    : gdr::recurrent_smem_bytes(a.key_dim);
   void (*kernel)(gdr::KernelArgs) =
       algo == Algorithm::kChunked ? gdr::chunked_kernel<T> : gdr::recurrent_kernel<T>;
-  int device = 0;
-  if (Status st = cuda_status(cudaGetDevice(&device), "cudaGetDevice"); !st.ok()) return st;
-  int smem_limit = 0;
-  if (Status st = cuda_status(
-          cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-          "cudaDeviceGetAttribute");
-      !st.ok())
-    return st;
-  if (smem > smem_limit) {
-    return Status::Unsupported("gated delta rule: needs " + std::to_string(smem) +
-                               " bytes of shared memory per block, the device allows " +
-                               std::to_string(smem_limit));
-  }
   if (Status st =
-          cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem)),
-                      "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+          opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem, "gated delta rule");
       !st.ok())
     return st;
   // One CTA per work item up to the grid.x limit; beyond it the kernels loop over items.

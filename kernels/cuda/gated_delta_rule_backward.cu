@@ -52,24 +52,10 @@ __global__ void __launch_bounds__(gdr_bwd::kThreads) reduce_kernel(Args a, int64
 // Opts the kernel into `bytes` of dynamic shared memory (Unsupported past the device's limit) and
 // returns how many of its CTAs the device runs at once.
 Status prepare(const void* kernel, int64_t bytes, int64_t* resident) {
-  int device = 0, limit = 0, sms = 0, per_sm = 0;
+  if (Status st = opt_in_shared_memory(kernel, bytes, "gated delta rule backward"); !st.ok())
+    return st;
+  int device = 0, sms = 0, per_sm = 0;
   if (Status st = cuda_status(cudaGetDevice(&device), "cudaGetDevice"); !st.ok()) return st;
-  if (Status st = cuda_status(
-          cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-          "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
-      !st.ok())
-    return st;
-  if (bytes > limit) {
-    return Status::Unsupported("gated delta rule backward: needs " + std::to_string(bytes) +
-                               " bytes of shared memory per block, the device allows " +
-                               std::to_string(limit));
-  }
-  if (Status st =
-          cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(bytes)),
-                      "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
-      !st.ok())
-    return st;
   if (Status st = cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                               "cudaDeviceGetAttribute(MultiProcessorCount)");
       !st.ok())

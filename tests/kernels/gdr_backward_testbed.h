@@ -5,8 +5,12 @@
 // parameters on those host buffers, and the accuracy bound per storage type.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -36,6 +40,7 @@ struct Tensor {
     return static_cast<int64_t>(type == DType::kF32 ? f32.size() : half.size());
   }
   double at(int64_t i) const { return load_as_float(cdata(), type, i); }
+  float* f() { return f32.data(); }
   const void* cdata() const {
     return type == DType::kF32 ? static_cast<const void*>(f32.data()) : half.data();
   }
@@ -135,7 +140,7 @@ inline double rel_rms(const Tensor& got, const std::vector<double>& want) {
     num += e * e;
     den += want[i] * want[i];
   }
-  return std::sqrt(num / den);
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 // Bounds on the relative RMS error per tensor. A tensor stored in bf16 / fp16 carries its final
@@ -158,5 +163,146 @@ inline double bound(DType stored) {
   }
   return 2e-6;
 }
+
+// The problems every backward kernel is checked on (the CPU kernels, the CUDA kernel on a device
+// and in the host emulation).
+inline const std::vector<Case>& kernel_cases() {
+  static const std::vector<Case> cases = {
+      // Empty sequences first, inside and last; a tail past cu_seqlens[-1]; a sequence longer than
+      // one 64-token block.
+      {"fp32_packed_gva", DType::kF32, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3},
+      {"fp32_odd_dims_strong_decay", DType::kF32, {0, 65, 65, 129}, 129, 1, 2, 13, 7, -20},
+      {"bf16_packed_gva", DType::kBF16, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3},
+      {"fp16_packed_gva", DType::kF16, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3},
+      // Chunk-edge lengths 63, 64, 65, 1 and an empty last sequence, a tail of 7; weak and strong
+      // gates (g down to -20: decays of 2e-9 per token).
+      {"fp32_chunk_edges_gva", DType::kF32, {0, 63, 127, 192, 193, 193}, 200, 2, 4, 32, 24, -3},
+      {"fp32_chunk_edges_strong_decay",
+       DType::kF32,
+       {0, 63, 127, 192, 193, 193},
+       200,
+       2,
+       2,
+       16,
+       16,
+       -20},
+      {"bf16_chunk_edges", DType::kBF16, {0, 63, 127, 192, 193, 193}, 200, 2, 4, 32, 24, -3},
+      {"fp16_chunk_edges_strong_decay",
+       DType::kF16,
+       {0, 63, 127, 192, 193, 193},
+       200,
+       2,
+       2,
+       16,
+       16,
+       -20},
+      // B rows without cu_seqlens (the "rows past the first" bug class), GVA 4, without the norm,
+      // initial states or dht.
+      {"fp32_batch_rows_bare", DType::kF32, {}, 90, 1, 4, 16, 16, -1, 3, false, false, false},
+      {"bf16_batch_rows_l2_dht", DType::kBF16, {}, 70, 2, 2, 16, 8, -1, 2, true, false, true},
+      // Without GVA the chunked kernel finishes dq and dk in the lane: without the norm too.
+      {"fp32_batch_rows_no_gva_no_l2",
+       DType::kF32,
+       {},
+       130,
+       2,
+       2,
+       16,
+       16,
+       -1,
+       2,
+       false,
+       false,
+       true},
+  };
+  return cases;
+}
+
+// Prints "[ measured ] <label>: dq e dk e ..." (each gradient's relative RMS error against the
+// oracle) and, with `expect`, expects each within bound() (NaN, i.e. unwritten, fails too).
+// Returns whether all were within.
+inline bool within_bounds(const std::string& label, const Grads& d,
+                          const reference::GatedDeltaRuleGradients& ref, bool expect = true) {
+  const struct {
+    const char* name;
+    const Tensor& got;
+    const std::vector<double>& want;
+  } rows[] = {{"dq", d.dq, ref.dq}, {"dk", d.dk, ref.dk},          {"dv", d.dv, ref.dv},
+              {"dg", d.dg, ref.dg}, {"dbeta", d.dbeta, ref.dbeta}, {"dh0", d.dh0, ref.dh0}};
+  std::printf("[ measured ] %s:", label.c_str());
+  bool all = true;
+  for (const auto& r : rows) {
+    const double e = rel_rms(r.got, r.want);
+    std::printf(" %s %.1e", r.name, e);
+    const bool ok = e < bound(r.got.type);
+    all = all && ok;
+    if (expect) {
+      EXPECT_TRUE(ok) << label << " " << r.name << ": relative RMS " << e;
+    }
+  }
+  std::printf("\n");
+  return all;
+}
+
+// Every gradient's bytes, dh0 first, for bit-for-bit comparisons of two runs.
+inline std::vector<uint8_t> bytes_of(const Grads& d) {
+  std::vector<uint8_t> all;
+  for (const Tensor* x : {&d.dh0, &d.dq, &d.dk, &d.dv, &d.dg, &d.dbeta}) {
+    const auto* b = static_cast<const uint8_t*>(x->cdata());
+    all.insert(all.end(), b, b + x->size() * dtype_size(x->type));
+  }
+  return all;
+}
+
+// The contract's edges on one fp32 problem: sequences of 20, 30 and 10 tokens and a tail of 10
+// (T = 70), on pool rows {2, -1, 0} of a 4-row pool (the second a padding entry; rows 1 and 3
+// nobody's), h0 and dht rows for the whole pool, dh0 (grads()) filled with -7 before the run.
+struct PoolProblem {
+  Problem p{Case{"", DType::kF32, {0, 20, 50, 60}, 70, 1, 2, 8, 5, -2}};
+  int64_t row = p.HV * p.K * p.V;
+  std::vector<int32_t> slots{2, -1, 0};
+
+  PoolProblem() {
+    p.h0 = Tensor(DType::kF32, 4 * row), p.dht = Tensor(DType::kF32, 4 * row);
+    for (int64_t i = 0; i < 4 * row; ++i) {
+      p.h0.f32[i] = static_cast<float>(std::sin(0.3 * i));
+      p.dht.f32[i] = static_cast<float>(std::cos(0.7 * i));
+    }
+  }
+  Grads grads() const {
+    Grads d(p);
+    d.dh0 = Tensor(DType::kF32, 4 * row);
+    std::fill(d.dh0.f32.begin(), d.dh0.f32.end(), -7.0f);
+    return d;
+  }
+  // The parameters on d with the pool; `state_slots` where the kernel reads the slots from.
+  GatedDeltaRuleBackwardParams params(Grads& d, const int32_t* state_slots, int64_t chunk) {
+    GatedDeltaRuleBackwardParams b = backward_testbed::params(p, d);
+    b.forward.state_slots = state_slots, b.forward.num_state_rows = 4;
+    b.forward.chunk_size = chunk;
+    return b;
+  }
+  // Rows 1 and 3 of dh0 untouched; tokens 20 .. 49 (the padding entry) and 60 .. 69 (the tail):
+  // every gradient exactly zero.
+  void expect_contract(const Grads& d, const std::string& label) const {
+    for (int64_t e = 0; e < row; ++e) {
+      ASSERT_EQ(d.dh0.f32[1 * row + e], -7.0f) << label;
+      ASSERT_EQ(d.dh0.f32[3 * row + e], -7.0f) << label;
+    }
+    for (int64_t t = 20; t < 70; ++t) {
+      if (t >= 50 && t < 60) continue;
+      for (int64_t e = 0; e < p.H * p.K; ++e) {
+        ASSERT_EQ(d.dq.f32[t * p.H * p.K + e], 0.0f) << label << ", token " << t;
+        ASSERT_EQ(d.dk.f32[t * p.H * p.K + e], 0.0f) << label << ", token " << t;
+      }
+      for (int64_t e = 0; e < p.HV * p.V; ++e)
+        ASSERT_EQ(d.dv.f32[t * p.HV * p.V + e], 0.0f) << label << ", token " << t;
+      for (int64_t e = 0; e < p.HV; ++e) {
+        ASSERT_EQ(d.dg.f32[t * p.HV + e], 0.0f) << label << ", token " << t;
+        ASSERT_EQ(d.dbeta.f32[t * p.HV + e], 0.0f) << label << ", token " << t;
+      }
+    }
+  }
+};
 
 }  // namespace deltacheck::kernels::backward_testbed

@@ -41,114 +41,39 @@ TEST_P(BackwardKernel, MatchesTheFp64Backward) {
   for (const Kernel& kernel : kKernels) {
     Grads d(p);
     ASSERT_TRUE(kernel.run(params(p, d)).ok()) << kernel.name;
-    const struct {
-      const char* name;
-      const Tensor& got;
-      const std::vector<double>& want;
-    } rows[] = {{"dq", d.dq, ref.dq}, {"dk", d.dk, ref.dk},          {"dv", d.dv, ref.dv},
-                {"dg", d.dg, ref.dg}, {"dbeta", d.dbeta, ref.dbeta}, {"dh0", d.dh0, ref.dh0}};
-    std::printf("[ measured ] %s %s:", c.name.c_str(), kernel.name);
-    for (const auto& r : rows) {
-      const double e = rel_rms(r.got, r.want);
-      std::printf(" %s %.1e", r.name, e);
-      EXPECT_LT(e, bound(r.got.type)) << kernel.name << " " << r.name;  // NaN (unwritten) too
-    }
-    std::printf("\n");
+    within_bounds(c.name + " " + kernel.name, d, ref);
   }
 }
 
-const Case kCases[] = {
-    // Empty sequences first, inside and last; a tail past cu_seqlens[-1]; a sequence longer than
-    // one 64-token block.
-    {"fp32_packed_gva", DType::kF32, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3},
-    {"fp32_odd_dims_strong_decay", DType::kF32, {0, 65, 65, 129}, 129, 1, 2, 13, 7, -20},
-    {"bf16_packed_gva", DType::kBF16, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3},
-    {"fp16_packed_gva", DType::kF16, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3},
-    // Chunk-edge lengths 63, 64, 65, 1 and an empty last sequence, a tail of 7; weak and strong
-    // gates (g down to -20: decays of 2e-9 per token).
-    {"fp32_chunk_edges_gva", DType::kF32, {0, 63, 127, 192, 193, 193}, 200, 2, 4, 32, 24, -3},
-    {"fp32_chunk_edges_strong_decay",
-     DType::kF32,
-     {0, 63, 127, 192, 193, 193},
-     200,
-     2,
-     2,
-     16,
-     16,
-     -20},
-    {"bf16_chunk_edges", DType::kBF16, {0, 63, 127, 192, 193, 193}, 200, 2, 4, 32, 24, -3},
-    {"fp16_chunk_edges_strong_decay",
-     DType::kF16,
-     {0, 63, 127, 192, 193, 193},
-     200,
-     2,
-     2,
-     16,
-     16,
-     -20},
-    // B rows without cu_seqlens (the "rows past the first" bug class), GVA 4, without the norm,
-    // initial states or dht.
-    {"fp32_batch_rows_bare", DType::kF32, {}, 90, 1, 4, 16, 16, -1, 3, false, false, false},
-    {"bf16_batch_rows_l2_dht", DType::kBF16, {}, 70, 2, 2, 16, 8, -1, 2, true, false, true},
-    // Without GVA the chunked kernel finishes dq and dk in the lane: without the norm too.
-    {"fp32_batch_rows_no_gva_no_l2", DType::kF32, {}, 130, 2, 2, 16, 16, -1, 2, false, false, true},
-};
-
-INSTANTIATE_TEST_SUITE_P(Cpu, BackwardKernel, ::testing::ValuesIn(kCases),
+INSTANTIATE_TEST_SUITE_P(Cpu, BackwardKernel, ::testing::ValuesIn(kernel_cases()),
                          [](const auto& info) { return info.param.name; });
 
 TEST(BackwardKernelContract, DeadTokensZeroPoolRowsUntouchedSameBitsForAnyThreadCount) {
-  Problem p({"", DType::kF32, {0, 20, 50, 60}, 70, 1, 2, 8, 5, -2});
-  const int64_t row = p.HV * p.K * p.V;
-  // Sequence i uses pool row {2, -1, 0}[i]; row 1 and 3 belong to nobody.
-  const std::vector<int32_t> slots{2, -1, 0};
-  std::vector<float> pool_h0(4 * row), pool_dht(4 * row);
-  for (size_t i = 0; i < pool_h0.size(); ++i) {
-    pool_h0[i] = static_cast<float>(std::sin(0.3 * i));
-    pool_dht[i] = static_cast<float>(std::cos(0.7 * i));
-  }
+  PoolProblem pool;
   for (const Kernel& kernel : kKernels) {
-    std::map<int64_t, std::vector<float>> first;  // per block length
+    std::map<int64_t, std::vector<uint8_t>> first;  // per block length
+    std::vector<float> first_any;
     for (int threads : {1, 2, 3}) {
       for (int64_t chunk : {1, 7, 64}) {
-        Grads d(p);
-        std::vector<float> dh0(4 * row, -7.0f);
-        GatedDeltaRuleBackwardParams b = params(p, d);
-        b.forward.state_slots = slots.data(), b.forward.num_state_rows = 4;
-        b.forward.initial_state = pool_h0.data(), b.d_final_state = pool_dht.data();
-        b.dh0 = dh0.data(), b.forward.num_threads = threads, b.forward.chunk_size = chunk;
+        Grads d = pool.grads();
+        GatedDeltaRuleBackwardParams b = pool.params(d, pool.slots.data(), chunk);
+        b.forward.num_threads = threads;
         ASSERT_TRUE(kernel.run(b).ok());
-        for (int64_t e = 0; e < row; ++e) {
-          ASSERT_EQ(dh0[1 * row + e], -7.0f) << kernel.name;
-          ASSERT_EQ(dh0[3 * row + e], -7.0f) << kernel.name;
-        }
-        // Tokens 20..49 (the padding entry) and 60..69 (the tail): every gradient exactly zero.
-        for (int64_t t = 20; t < 70; ++t) {
-          if (t >= 50 && t < 60) continue;
-          for (int64_t e = 0; e < p.H * p.K; ++e) {
-            ASSERT_EQ(d.dq.f32[t * p.H * p.K + e], 0.0f) << kernel.name << " " << t;
-            ASSERT_EQ(d.dk.f32[t * p.H * p.K + e], 0.0f) << kernel.name << " " << t;
-          }
-          for (int64_t e = 0; e < p.HV * p.V; ++e) ASSERT_EQ(d.dv.f32[t * p.HV * p.V + e], 0.0f);
-          for (int64_t e = 0; e < p.HV; ++e) {
-            ASSERT_EQ(d.dg.f32[t * p.HV + e], 0.0f);
-            ASSERT_EQ(d.dbeta.f32[t * p.HV + e], 0.0f);
-          }
-        }
+        pool.expect_contract(d, kernel.name);
         // The same bits whatever the thread count. The block length changes the arithmetic
         // (where the recurrent kernel fuses passes over the state; the chunked kernel's whole
         // decomposition), so across block lengths the results agree to fp32 rounding only.
-        std::vector<float> all = dh0;
-        for (const Tensor* x : {&d.dq, &d.dk, &d.dv, &d.dg, &d.dbeta})
-          all.insert(all.end(), x->f32.begin(), x->f32.end());
+        const std::vector<uint8_t> all = bytes_of(d);
         if (first.count(chunk) == 0) first[chunk] = all;
-        ASSERT_EQ(0, std::memcmp(first[chunk].data(), all.data(), all.size() * sizeof(float)))
+        ASSERT_EQ(first[chunk], all)
             << kernel.name << ", " << threads << " threads, chunk " << chunk;
+        std::vector<float> values(all.size() / sizeof(float));
+        std::memcpy(values.data(), all.data(), all.size());
+        if (first_any.empty()) first_any = values;
         double num = 0.0, den = 0.0;
-        for (size_t i = 0; i < all.size(); ++i) {
-          num += (double(all[i]) - first.begin()->second[i]) *
-                 (double(all[i]) - first.begin()->second[i]);
-          den += double(all[i]) * all[i];
+        for (size_t i = 0; i < values.size(); ++i) {
+          num += (double(values[i]) - first_any[i]) * (double(values[i]) - first_any[i]);
+          den += double(values[i]) * values[i];
         }
         EXPECT_LT(std::sqrt(num / den), 1e-6) << kernel.name << ", chunk " << chunk;
       }

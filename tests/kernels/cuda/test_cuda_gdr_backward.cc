@@ -75,107 +75,34 @@ class CudaBackward : public ::testing::TestWithParam<Case> {};
 TEST_P(CudaBackward, MatchesTheFp64BackwardWithTheSameBitsTwice) {
   DC_REQUIRE_DEVICE();
   Problem p(GetParam());
-  const auto ref = p.oracle();
   Grads d(p), again(p);
   DC_EXPECT_OK(run_on_device(p, d, params(p, d)));
   DC_EXPECT_OK(run_on_device(p, again, params(p, again)));
-  const struct {
-    const char* name;
-    const Tensor& got;
-    const Tensor& second;
-    const std::vector<double>& want;
-  } rows[] = {{"dq", d.dq, again.dq, ref.dq},
-              {"dk", d.dk, again.dk, ref.dk},
-              {"dv", d.dv, again.dv, ref.dv},
-              {"dg", d.dg, again.dg, ref.dg},
-              {"dbeta", d.dbeta, again.dbeta, ref.dbeta},
-              {"dh0", d.dh0, again.dh0, ref.dh0}};
-  std::printf("[ measured ] %s cuda:", GetParam().name.c_str());
-  for (const auto& r : rows) {
-    const double e = rel_rms(r.got, r.want);
-    std::printf(" %s %.1e", r.name, e);
-    EXPECT_LT(e, bound(r.got.type)) << r.name;  // NaN (unwritten) too
-    EXPECT_EQ(0, std::memcmp(r.got.cdata(), r.second.cdata(),
-                             static_cast<size_t>(r.got.size()) * dtype_size(r.got.type)))
-        << r.name << " differs between two runs";
-  }
-  std::printf("\n");
+  within_bounds(GetParam().name + " cuda", d, p.oracle());
+  EXPECT_EQ(bytes_of(d), bytes_of(again)) << "the gradients differ between two runs";
 }
 
-const Case kCases[] = {
-    {"fp32_packed_gva_two_value_blocks",
-     DType::kF32,
-     {0, 0, 37, 37, 150, 160},
-     170,
-     2,
-     4,
-     32,
-     40,
-     -3},
-    {"fp32_chunk_edges_strong_decay",
-     DType::kF32,
-     {0, 63, 127, 192, 193, 193},
-     200,
-     1,
-     2,
-     13,
-     7,
-     -20},
-    {"bf16_packed_gva", DType::kBF16, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3},
-    {"fp16_chunk_edges_strong_decay",
-     DType::kF16,
-     {0, 63, 127, 192, 193, 193},
-     200,
-     2,
-     2,
-     16,
-     16,
-     -20},
-    {"fp32_batch_rows_bare", DType::kF32, {}, 90, 1, 4, 16, 16, -1, 3, false, false, false},
-    {"fp32_k128_v128", DType::kF32, {0, 300, 301, 700}, 710, 2, 4, 128, 128, -1},
-    {"bf16_k128_strong_decay", DType::kBF16, {0, 129, 129, 400}, 400, 1, 2, 128, 96, -20},
-};
+// The CPU kernels' problems, and the largest head dims the kernel takes over several blocks.
+std::vector<Case> device_cases() {
+  std::vector<Case> cases = kernel_cases();
+  cases.push_back({"fp32_k128_v128", DType::kF32, {0, 300, 301, 700}, 710, 2, 4, 128, 128, -1});
+  cases.push_back(
+      {"bf16_k128_strong_decay", DType::kBF16, {0, 129, 129, 400}, 400, 1, 2, 128, 96, -20});
+  return cases;
+}
 
-INSTANTIATE_TEST_SUITE_P(Device, CudaBackward, ::testing::ValuesIn(kCases),
+INSTANTIATE_TEST_SUITE_P(Device, CudaBackward, ::testing::ValuesIn(device_cases()),
                          [](const auto& info) { return info.param.name; });
 
 // Padding entries (negative slots) and the tail: exact zeros; pool rows nobody addresses keep
 // their bits.
 TEST(CudaBackwardContract, DeadTokensZeroPoolRowsUntouched) {
   DC_REQUIRE_DEVICE();
-  Problem p({"", DType::kF32, {0, 20, 50, 60}, 70, 1, 2, 8, 5, -2});
-  const int64_t row = p.HV * p.K * p.V;
-  Grads d(p);
-  // Sequence i uses pool row {2, -1, 0}[i]; rows 1 and 3 belong to nobody.
-  p.h0 = Tensor(DType::kF32, 4 * row), p.dht = Tensor(DType::kF32, 4 * row);
-  d.dh0 = Tensor(DType::kF32, 4 * row);
-  for (int64_t i = 0; i < 4 * row; ++i) {
-    p.h0.f32[i] = static_cast<float>(std::sin(0.3 * i));
-    p.dht.f32[i] = static_cast<float>(std::cos(0.7 * i));
-    d.dh0.f32[i] = -7.0f;
-  }
-  const std::vector<int32_t> host_slots{2, -1, 0};
-  DeviceBuffer slots(host_slots);
-  GatedDeltaRuleBackwardParams b = params(p, d);
-  b.forward.state_slots = slots.as<int32_t>(), b.forward.num_state_rows = 4;
-  b.forward.chunk_size = 7;
-  DC_EXPECT_OK(run_on_device(p, d, b));
-  for (int64_t e = 0; e < row; ++e) {
-    ASSERT_EQ(d.dh0.f32[1 * row + e], -7.0f);
-    ASSERT_EQ(d.dh0.f32[3 * row + e], -7.0f);
-  }
-  for (int64_t t = 20; t < 70; ++t) {
-    if (t >= 50 && t < 60) continue;
-    for (int64_t e = 0; e < p.H * p.K; ++e) {
-      ASSERT_EQ(d.dq.f32[t * p.H * p.K + e], 0.0f) << t;
-      ASSERT_EQ(d.dk.f32[t * p.H * p.K + e], 0.0f) << t;
-    }
-    for (int64_t e = 0; e < p.HV * p.V; ++e) ASSERT_EQ(d.dv.f32[t * p.HV * p.V + e], 0.0f);
-    for (int64_t e = 0; e < p.HV; ++e) {
-      ASSERT_EQ(d.dg.f32[t * p.HV + e], 0.0f);
-      ASSERT_EQ(d.dbeta.f32[t * p.HV + e], 0.0f);
-    }
-  }
+  PoolProblem pool;
+  Grads d = pool.grads();
+  DeviceBuffer slots(pool.slots);
+  DC_EXPECT_OK(run_on_device(pool.p, d, pool.params(d, slots.as<int32_t>(), 7)));
+  pool.expect_contract(d, "cuda");
 }
 
 // What the backward refuses, from the host-side fields alone (no device needed).

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/gated_delta_rule_backward_math.h"
@@ -93,27 +94,9 @@ class CudaBackwardEmulation : public ::testing::TestWithParam<EmulatedCase> {};
 TEST_P(CudaBackwardEmulation, MatchesTheFp64Backward) {
   const Case& c = GetParam().c;
   Problem p(c);
-  const auto ref = p.oracle();
   Grads d(p);
   emulate(params(p, d), GetParam().ctas);
-  const struct {
-    const char* name;
-    const Tensor& got;
-    const std::vector<double>& want;
-  } rows[] = {{"dq", d.dq, ref.dq}, {"dk", d.dk, ref.dk},          {"dv", d.dv, ref.dv},
-              {"dg", d.dg, ref.dg}, {"dbeta", d.dbeta, ref.dbeta}, {"dh0", d.dh0, ref.dh0}};
-  std::printf("[ measured ] %s:", c.name.c_str());
-  bool within = true;
-  for (const auto& r : rows) {
-    const double e = rel_rms(r.got, r.want);
-    std::printf(" %s %.1e", r.name, e);
-    const bool ok = e < bound(r.got.type);  // false for NaN
-    within = within && ok;
-    if (!kPlanted) {
-      EXPECT_TRUE(ok) << r.name << ": relative RMS " << e;
-    }
-  }
-  std::printf("\n");
+  const bool within = within_bounds(c.name, d, p.oracle(), /*expect=*/!kPlanted);
   if (kPlanted) {
     if (c.dht) {
       EXPECT_TRUE(within) << "the planted bug acts only without dht";
@@ -123,67 +106,41 @@ TEST_P(CudaBackwardEmulation, MatchesTheFp64Backward) {
   }
 }
 
-// Cases as the CPU kernels' test has them (gdr_backward_testbed.h, Case: name, dtype, cu_seqlens,
-// T, H, HV, K, V, g_lo, B, l2, h0, dht), plus value dims over one block of 32 columns (the
-// reduction over value blocks) and K = 128.
-const EmulatedCase kCases[] = {
-    // Empty sequences first, inside and last; a tail past cu_seqlens[-1]; GVA 2; a sequence
-    // longer than one 64-token block; V = 40: two value blocks.
-    {{"fp32_packed_gva_two_value_blocks",
-      DType::kF32,
-      {0, 0, 37, 37, 150, 160},
-      170,
-      2,
-      4,
-      32,
-      40,
-      -3},
-     3},
-    // Chunk-edge lengths 63, 64, 65, 1 and an empty last sequence, a tail of 7; strong gates (g
-    // down to -20), odd head dims.
-    {{"fp32_chunk_edges_strong_decay_odd_dims",
-      DType::kF32,
-      {0, 63, 127, 192, 193, 193},
-      200,
-      1,
-      2,
-      13,
-      7,
-      -20},
-     2},
-    {{"bf16_packed_gva", DType::kBF16, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3}, 3},
-    {{"fp16_chunk_edges_strong_decay",
-      DType::kF16,
-      {0, 63, 127, 192, 193, 193},
-      200,
-      2,
-      2,
-      16,
-      16,
-      -20},
-     2},
-    // B rows without cu_seqlens, GVA 4, without the norm, initial states or dht.
-    {{"fp32_batch_rows_bare", DType::kF32, {}, 90, 1, 4, 16, 16, -1, 3, false, false, false}, 5},
-    {{"fp32_no_dht_packed_h0",
-      DType::kF32,
-      {0, 40, 40, 100},
-      110,
-      2,
-      2,
-      16,
-      33,
-      -2,
-      1,
-      true,
-      true,
-      false},
-     2},
-    {{"bf16_batch_rows_l2_dht", DType::kBF16, {}, 70, 2, 2, 16, 8, -1, 2, true, false, true}, 1},
-    // K = 128 (every state row of a thread in use), V = 64: two value blocks.
-    {{"fp32_k128", DType::kF32, {0, 70, 75}, 80, 1, 2, 128, 64, -1}, 3},
-};
+// The CPU kernels' problems (gdr_backward_testbed.h; two of them without dht), plus value dims
+// over one block of 32 columns (the reduction over value blocks), K = 128 and packed sequences
+// without dht; each on a grid of 2 to 4 CTAs, fewer than its items, so that CTAs loop.
+std::vector<EmulatedCase> emulated_cases() {
+  std::vector<Case> cases = kernel_cases();
+  cases.push_back({"fp32_packed_gva_two_value_blocks",
+                   DType::kF32,
+                   {0, 0, 37, 37, 150, 160},
+                   170,
+                   2,
+                   4,
+                   32,
+                   40,
+                   -3});
+  cases.push_back({"fp32_no_dht_packed_h0",
+                   DType::kF32,
+                   {0, 40, 40, 100},
+                   110,
+                   2,
+                   2,
+                   16,
+                   33,
+                   -2,
+                   1,
+                   true,
+                   true,
+                   false});
+  cases.push_back({"fp32_k128_two_value_blocks", DType::kF32, {0, 70, 75}, 80, 1, 2, 128, 64, -1});
+  std::vector<EmulatedCase> out;
+  for (size_t i = 0; i < cases.size(); ++i)
+    out.push_back({cases[i], 2 + static_cast<int64_t>(i % 3)});
+  return out;
+}
 
-INSTANTIATE_TEST_SUITE_P(Host, CudaBackwardEmulation, ::testing::ValuesIn(kCases),
+INSTANTIATE_TEST_SUITE_P(Host, CudaBackwardEmulation, ::testing::ValuesIn(emulated_cases()),
                          [](const auto& info) { return info.param.c.name; });
 
 #ifndef DELTACHECK_PLANTED_BUG  // the mutant builds only the comparison above
@@ -191,45 +148,16 @@ INSTANTIATE_TEST_SUITE_P(Host, CudaBackwardEmulation, ::testing::ValuesIn(kCases
 // get exactly zero gradients, pool rows nobody addresses keep their bits, and the result does not
 // depend on the grid size or on the block length's bits (the same bits for 1 and 4 CTAs).
 TEST(CudaBackwardEmulationContract, DeadTokensZeroPoolRowsUntouchedSameBitsForAnyGrid) {
-  Problem p({"", DType::kF32, {0, 20, 50, 60}, 70, 1, 2, 8, 5, -2});
-  const int64_t row = p.HV * p.K * p.V;
-  const std::vector<int32_t> slots{2, -1, 0};  // rows 1 and 3 belong to nobody
-  std::vector<float> pool_h0(4 * row), pool_dht(4 * row);
-  for (size_t i = 0; i < pool_h0.size(); ++i) {
-    pool_h0[i] = static_cast<float>(std::sin(0.3 * i));
-    pool_dht[i] = static_cast<float>(std::cos(0.7 * i));
-  }
-  std::vector<float> first;
+  PoolProblem pool;
+  std::vector<uint8_t> first;
   for (int64_t ctas : {1, 4}) {
-    Grads d(p);
-    std::vector<float> dh0(4 * row, -7.0f);
-    GatedDeltaRuleBackwardParams b = params(p, d);
-    b.forward.state_slots = slots.data(), b.forward.num_state_rows = 4;
-    b.forward.initial_state = pool_h0.data(), b.d_final_state = pool_dht.data();
-    b.dh0 = dh0.data(), b.forward.chunk_size = 7;
-    emulate(b, ctas);
-    for (int64_t e = 0; e < row; ++e) {
-      ASSERT_EQ(dh0[1 * row + e], -7.0f);
-      ASSERT_EQ(dh0[3 * row + e], -7.0f);
-    }
-    for (int64_t t = 20; t < 70; ++t) {  // the padding entry's tokens and the tail
-      if (t >= 50 && t < 60) continue;
-      for (int64_t e = 0; e < p.H * p.K; ++e) {
-        ASSERT_EQ(d.dq.f32[t * p.H * p.K + e], 0.0f) << t;
-        ASSERT_EQ(d.dk.f32[t * p.H * p.K + e], 0.0f) << t;
-      }
-      for (int64_t e = 0; e < p.HV * p.V; ++e) ASSERT_EQ(d.dv.f32[t * p.HV * p.V + e], 0.0f);
-      for (int64_t e = 0; e < p.HV; ++e) {
-        ASSERT_EQ(d.dg.f32[t * p.HV + e], 0.0f);
-        ASSERT_EQ(d.dbeta.f32[t * p.HV + e], 0.0f);
-      }
-    }
-    std::vector<float> all = dh0;
-    for (const Tensor* x : {&d.dq, &d.dk, &d.dv, &d.dg, &d.dbeta})
-      all.insert(all.end(), x->f32.begin(), x->f32.end());
-    for (float x : all) ASSERT_FALSE(std::isnan(x));  // every element written
-    if (first.empty()) first = all;
-    ASSERT_EQ(0, std::memcmp(first.data(), all.data(), all.size() * sizeof(float))) << ctas;
+    Grads d = pool.grads();
+    emulate(pool.params(d, pool.slots.data(), 7), ctas);
+    pool.expect_contract(d, std::to_string(ctas) + " CTAs");
+    for (const Tensor* x : {&d.dq, &d.dk, &d.dv, &d.dg, &d.dbeta, &d.dh0})
+      for (float e : x->f32) ASSERT_FALSE(std::isnan(e));  // every element written
+    if (first.empty()) first = bytes_of(d);
+    ASSERT_EQ(first, bytes_of(d)) << ctas << " CTAs";
   }
 }
 
