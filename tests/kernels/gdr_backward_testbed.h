@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,9 @@ inline double bound(DType stored) {
   }
   return 2e-6;
 }
+
+// gtest's name for a Case parameter (in test listings): its name.
+inline void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 // The problems every backward kernel is checked on (the CPU kernels, the CUDA kernel on a device
 // and in the host emulation).

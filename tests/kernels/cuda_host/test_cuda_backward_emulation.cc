@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,10 @@ struct EmulatedCase {
   Case c;
   int64_t ctas;  // fewer than the items: CTAs loop over several items
 };
+
+void PrintTo(const EmulatedCase& e, std::ostream* os) {
+  *os << e.c.name << " on " << e.ctas << " CTAs";
+}
 
 class CudaBackwardEmulation : public ::testing::TestWithParam<EmulatedCase> {};
 
