@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Validates the CUDA backend on a machine with an NVIDIA GPU, in one command: builds deltacheck
 # (Release, sm_90) there, checks that the device is usable, runs the CUDA kernel and backend tests,
-# the gate and full suites on `--backend cuda`, FLA's Triton kernels through the peer adapter (when
+# the gate and full suites on `--backend cuda` (the gate's gdr_grad cases, the CUDA backward, on
+# a line of their own too), FLA's Triton kernels through the peer adapter (when
 # python3 has flash-linear-attention), compute-sanitizer (memcheck, racecheck) on the smoke
 # suite and on the kernel tests, and the GPU benchmarks, and writes every report and log into one
 # folder with a SUMMARY.md. Meant for a machine with CUDA, CMake, ninja and PyTorch but no package
@@ -180,7 +181,7 @@ write_summary() {
     local r
     for r in "${RESULTS[@]}"; do echo "| ${r//|/ | } |"; done
     echo
-    for s in gate full; do
+    for s in gate gate-gdr_grad full; do
       [ -f "$R/$s.log" ] || continue
       echo "$s suite:"
       echo '```'
@@ -334,6 +335,19 @@ for suite in gate full; do
       "pass/fail/leak/error/unsupported/skipped: ${totals#cuda }"
   fi
 done
+
+# The CUDA backward on its own line: the gate's gdr_grad cases again (they ran in the gate too),
+# each one supported on the device (K <= 128) and passing, cp=S cases included.
+run_step "gate gdr_grad" 120 "$R/gate-gdr_grad.log" -- "$DC" run --suite gate --backend cuda \
+  --filter '^gdr_grad' --jobs "$JOBS" --progress lines -q
+if [ "$DRY_RUN" = 0 ]; then
+  totals=$(grep -E '^cuda ' "$R/gate-gdr_grad.log" | tr -s ' ')
+  read -r _ passes _ _ _ unsupported _ <<<"$totals"
+  [ "${passes:-0}" -gt 0 ] || STEP_RESULT="failed (no case passed)"
+  [ "${unsupported:-1}" = 0 ] || STEP_RESULT="failed (${unsupported:-?} unsupported)"
+  record "gate gdr_grad (CUDA backward)" "$STEP_RESULT" "$STEP_SECONDS" \
+    "pass/fail/leak/error/unsupported/skipped: ${totals#cuda }"
+fi
 
 # ---- 5b. FLA's Triton kernels on the GPU (the peer suite's fla-chunk / fla-fused-recurrent) ----
 # The same adapter as on CI's CPU (adapters/python/fla_gdr.py), here with --device cuda (no

@@ -10,7 +10,9 @@
 #include "cases/case.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gated_delta_rule.h"
+#include "kernels/cuda/gated_delta_rule_backward.h"
 #include "ops/gdr/problem.h"
+#include "ops/gdr_grad/params.h"
 #include "ops/mask/params.h"
 
 namespace deltacheck::backends {
@@ -18,22 +20,39 @@ namespace {
 
 // gdr: every cache mode. chunked and dynamic reach run() as the prefill and decode calls the
 // harness drives (harness/call_plan.h); the shapes must suit the kernels.
-Support gdr_support(const cases::Case& c) {
-  const ops::gdr::Params d = ops::gdr::decode(c);  // every cache mode
-  // The kernels' own host-side check, on placeholder pointers (it reads only shapes, dtype and
-  // which pointers are set).
-  static const char placeholder = 0;
+// The kernels' own host-side checks run on placeholder pointers (they read only shapes, dtype
+// and which pointers are set).
+const char kPlaceholder = 0;
+
+kernels::GatedDeltaRuleParams placeholder_params(const ops::gdr::Params& d) {
   kernels::GatedDeltaRuleParams p = ops::gdr::kernel_dims(d);
-  p.q = p.k = p.v = p.beta = &placeholder;
-  p.g = reinterpret_cast<const float*>(&placeholder);
-  p.o = const_cast<char*>(&placeholder);
+  p.q = p.k = p.v = p.beta = &kPlaceholder;
+  p.g = reinterpret_cast<const float*>(&kPlaceholder);
+  p.o = const_cast<char*>(&kPlaceholder);
   if (d.layout.has_cu_seqlens()) {
-    p.cu_seqlens = reinterpret_cast<const int64_t*>(&placeholder);
+    p.cu_seqlens = reinterpret_cast<const int64_t*>(&kPlaceholder);
     p.num_seqs = d.N;
   }
-  const Status st = kernels::cuda::gated_delta_rule_can_implement(p);
+  return p;
+}
+
+Support from_status(const Status& st) {
   if (!st.ok()) return Support::No("kernels/cuda: " + st.message());
   return Support::Yes();
+}
+
+Support gdr_support(const cases::Case& c) {
+  return from_status(kernels::cuda::gated_delta_rule_can_implement(
+      placeholder_params(ops::gdr::decode(c))));  // every cache mode
+}
+
+// gdr_grad, cp=S included: its ranks' calls are plain gdr_grad cases of the same shapes.
+Support gdr_grad_support(const cases::Case& c) {
+  kernels::GatedDeltaRuleBackwardParams b;
+  b.forward = placeholder_params(ops::gdr_grad::decode(c).rule);
+  b.d_output = b.dq = b.dk = b.dv = b.dbeta = const_cast<char*>(&kPlaceholder);
+  b.dg = reinterpret_cast<float*>(const_cast<char*>(&kPlaceholder));
+  return from_status(kernels::cuda::gated_delta_rule_backward_can_implement(b));
 }
 
 Support mask_support(const cases::Case& c) {
@@ -59,7 +78,8 @@ class CudaBackend : public Backend {
   std::string name() const override { return "cuda"; }
   std::string description() const override {
     return "CUDA kernels (kernels/cuda): chunked gated delta rule (prefill, pool), recurrent "
-           "decode (decode, spec), boolean masks, segments from position_ids";
+           "decode (decode, spec), recurrent backward (gdr_grad), boolean masks, segments from "
+           "position_ids";
   }
 
   Support supports(const cases::Case& c) const override {
@@ -71,6 +91,7 @@ class CudaBackend : public Backend {
     if (const Status& device = device_status(); !device.ok()) return device;
     if (const Support s = cuda_kernels_support(c); !s.ok) return Status::Unsupported(s.reason);
     if (c.op() == "gdr") return run_cuda_gdr_case(c, in, out);
+    if (c.op() == "gdr_grad") return run_cuda_gdr_grad_case(c, in, out);
     return run_cuda_mask_case(c, in, out);
   }
 
@@ -89,6 +110,7 @@ class CudaBackend : public Backend {
 
 Support cuda_kernels_support(const cases::Case& c) {
   if (c.op() == "gdr") return gdr_support(c);
+  if (c.op() == "gdr_grad") return gdr_grad_support(c);
   if (c.op() == "mask" || c.op() == "segments" || c.op() == "layers") return mask_support(c);
   if (c.op() == "layer")
     return Support::No(

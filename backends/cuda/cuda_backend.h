@@ -21,8 +21,11 @@ std::unique_ptr<Backend> make_cuda_backend();
 // the part of the backend's supports() that follows the device check. Exposed for tests.
 Support cuda_kernels_support(const cases::Case& c);
 
-// The backend's paths per op (cuda_gdr.cc, cuda_mask.cc); the device must be usable.
+// The backend's paths per op (cuda_gdr.cc, cuda_gdr_grad.cc, cuda_mask.cc); the device must be
+// usable.
 Status run_cuda_gdr_case(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out);
+Status run_cuda_gdr_grad_case(const cases::Case& c, const cases::TensorMap& in,
+                              cases::TensorMap& out);
 Status run_cuda_mask_case(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out);
 
 }  // namespace deltacheck::backends

@@ -161,19 +161,10 @@ Status launch(const ops::gdr::Params& d, const DeviceTensors& in, const DeviceTe
 
 Status run_cuda_gdr_case(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) {
   const ops::gdr::Params d = ops::gdr::decode(c);
-  cuda_backend::Stream stream;
-  if (Status st = stream.create(); !st.ok()) return st;
-  DeviceTensors din, dout;
-  if (Status st = din.upload(in, stream.get()); !st.ok()) return st;
-  if (Status st = dout.upload(out, stream.get()); !st.ok()) return st;
-  Status launched = launch(d, din, dout, in, stream.get());
-  // Whatever happened, wait for the queued work before the buffers are freed; a kernel's
-  // asynchronous failure surfaces in the synchronization.
-  Status synced = stream.synchronize();
-  if (!launched.ok()) return launched;
-  if (!synced.ok()) return synced;
-  if (Status st = dout.download(out, stream.get()); !st.ok()) return st;
-  return stream.synchronize();
+  return cuda_backend::run_on_device(
+      in, out, [&](const DeviceTensors& din, const DeviceTensors& dout, cudaStream_t stream) {
+        return launch(d, din, dout, in, stream);
+      });
 }
 
 }  // namespace deltacheck::backends

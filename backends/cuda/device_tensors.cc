@@ -118,4 +118,18 @@ const DeviceTensor& DeviceTensors::at(const std::string& name) const {
   throw std::out_of_range("no device tensor '" + name + "'");
 }
 
+Status run_on_device(const cases::TensorMap& in, cases::TensorMap& out, const Launch& launch) {
+  Stream stream;
+  if (Status st = stream.create(); !st.ok()) return st;
+  DeviceTensors din, dout;
+  if (Status st = din.upload(in, stream.get()); !st.ok()) return st;
+  if (Status st = dout.upload(out, stream.get()); !st.ok()) return st;
+  const Status launched = launch(din, dout, stream.get());
+  const Status synced = stream.synchronize();  // before the buffers are freed
+  if (!launched.ok()) return launched;
+  if (!synced.ok()) return synced;
+  if (Status st = dout.download(out, stream.get()); !st.ok()) return st;
+  return stream.synchronize();
+}
+
 }  // namespace deltacheck::backends::cuda_backend

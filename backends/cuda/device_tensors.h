@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 
 #include "cases/tensor.h"
@@ -96,5 +97,12 @@ class DeviceTensors {
  private:
   std::deque<DeviceTensor> tensors_;
 };
+
+// One call of a backend op on the device: a stream of its own, device mirrors of `in` and `out`,
+// `launch` queues the kernels on them, then (after waiting for the queued work whatever happened:
+// a kernel's asynchronous failure surfaces there) the outputs come back into `out`.
+using Launch =
+    std::function<Status(const DeviceTensors& in, const DeviceTensors& out, cudaStream_t stream)>;
+Status run_on_device(const cases::TensorMap& in, cases::TensorMap& out, const Launch& launch);
 
 }  // namespace deltacheck::backends::cuda_backend

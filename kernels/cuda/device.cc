@@ -25,6 +25,24 @@ Status cuda_device_available() {
   return Status::Ok();
 }
 
+Status opt_in_shared_memory(const void* kernel, int64_t bytes, const std::string& what) {
+  int device = 0, limit = 0;
+  if (Status st = cuda_status(cudaGetDevice(&device), "cudaGetDevice"); !st.ok()) return st;
+  if (Status st = cuda_status(
+          cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+          "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
+      !st.ok())
+    return st;
+  if (bytes > limit) {
+    return Status::Unsupported(what + ": needs " + std::to_string(bytes) +
+                               " bytes of shared memory per block, the device allows " +
+                               std::to_string(limit));
+  }
+  return cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(bytes)),
+                     "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+}
+
 DeviceInfo current_device_info() {
   DeviceInfo info;
   if (info.status = cuda_device_available(); !info.status.ok()) return info;

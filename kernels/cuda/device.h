@@ -32,4 +32,9 @@ DeviceInfo current_device_info();
 // Ok for cudaSuccess, otherwise Internal("<what>: <error name>: <error string>").
 Status cuda_status(cudaError_t err, const char* what);
 
+// Lets `kernel` (a __global__ function's address) take `bytes` of dynamic shared memory on the
+// current device: Unsupported ("<what>: needs N bytes of shared memory per block, the device
+// allows M") past the device's opt-in limit. Every CUDA call checked.
+Status opt_in_shared_memory(const void* kernel, int64_t bytes, const std::string& what);
+
 }  // namespace deltacheck::kernels::cuda

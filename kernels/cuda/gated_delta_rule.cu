@@ -68,23 +68,8 @@ Status launch(Algorithm algo, const gdr::KernelArgs& a, cudaStream_t stream) {
                                                    : gdr::recurrent_smem_bytes(a.key_dim);
   void (*kernel)(gdr::KernelArgs) =
       algo == Algorithm::kChunked ? gdr::chunked_kernel<T> : gdr::recurrent_kernel<T>;
-  int device = 0;
-  if (Status st = cuda_status(cudaGetDevice(&device), "cudaGetDevice"); !st.ok()) return st;
-  int smem_limit = 0;
-  if (Status st = cuda_status(
-          cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-          "cudaDeviceGetAttribute");
-      !st.ok())
-    return st;
-  if (smem > smem_limit) {
-    return Status::Unsupported("gated delta rule: needs " + std::to_string(smem) +
-                               " bytes of shared memory per block, the device allows " +
-                               std::to_string(smem_limit));
-  }
   if (Status st =
-          cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem)),
-                      "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+          opt_in_shared_memory(reinterpret_cast<const void*>(kernel), smem, "gated delta rule");
       !st.ok())
     return st;
   // One CTA per work item up to the grid.x limit; beyond it the kernels loop over items.
@@ -158,7 +143,8 @@ Status gated_delta_rule_can_implement(const GatedDeltaRuleParams& p) {
   return Status::Ok();
 }
 
-Status validate_sequence_layout(const GatedDeltaRuleParams& p, cudaStream_t stream) {
+Status validate_sequence_layout(const GatedDeltaRuleParams& p, cudaStream_t stream,
+                                bool allow_tail) {
   if (Status st = check_common(p); !st.ok()) return st;
   const int64_t n = sequence_count(p);
   std::vector<int64_t> cu;
@@ -185,7 +171,9 @@ Status validate_sequence_layout(const GatedDeltaRuleParams& p, cudaStream_t stre
     return st;
   if (p.cu_seqlens) {
     if (cu[0] != 0) return Status::InvalidArgument("cu_seqlens[0] must be 0");
-    if (cu[static_cast<size_t>(n)] != p.seq_len)
+    if (allow_tail && cu[static_cast<size_t>(n)] > p.seq_len)
+      return Status::InvalidArgument("cu_seqlens ends past T");
+    if (!allow_tail && cu[static_cast<size_t>(n)] != p.seq_len)
       return Status::InvalidArgument("cu_seqlens must end at T");
     for (int64_t i = 0; i < n; ++i) {
       if (cu[static_cast<size_t>(i + 1)] < cu[static_cast<size_t>(i)])

@@ -29,11 +29,13 @@ namespace deltacheck::kernels::cuda {
 // same problems with any chunk_size (they ignore it). Every entry point checks this first.
 Status gated_delta_rule_can_implement(const GatedDeltaRuleParams& p);
 
-// Checks the device-side layout: cu_seqlens starts at 0, never decreases and ends at T; every
-// slot is < num_state_rows and non-negative slots are distinct. Copies both arrays to the host and
-// synchronizes `stream`. The kernels themselves skip a sequence whose bounds or slot are out of
-// range (writing nothing for it) instead of touching memory outside the buffers.
-Status validate_sequence_layout(const GatedDeltaRuleParams& p, cudaStream_t stream);
+// Checks the device-side layout: cu_seqlens starts at 0, never decreases and ends at T (with
+// allow_tail, as the backward takes it: at most T); every slot is < num_state_rows and
+// non-negative slots are distinct. Copies both arrays to the host and synchronizes `stream`. The
+// kernels themselves skip a sequence whose bounds or slot are out of range (writing nothing for
+// it) instead of touching memory outside the buffers.
+Status validate_sequence_layout(const GatedDeltaRuleParams& p, cudaStream_t stream,
+                                bool allow_tail = false);
 
 Status chunked_gated_delta_rule(const GatedDeltaRuleParams& p, cudaStream_t stream);
 Status recurrent_gated_delta_rule(const GatedDeltaRuleParams& p, cudaStream_t stream);

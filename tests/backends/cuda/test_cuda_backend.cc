@@ -19,6 +19,7 @@
 #include "harness/backend.h"
 #include "harness/runner.h"
 #include "kernels/cuda/device.h"
+#include "ops/gdr_grad/params.h"
 
 namespace deltacheck::backends {
 namespace {
@@ -78,18 +79,28 @@ TEST(CudaBackend, KernelCoverageFromTheCase) {
     EXPECT_TRUE(starts_with(s.reason, "kernels/cuda")) << id << ": " << s.reason;
   }
 
-  // The gate suite: every gdr case (all at K <= 128) and part of the mask cases are covered.
+  // The backward: gdr_grad (cp cases included) up to K = 128, not the layer's.
+  EXPECT_TRUE(cuda_kernels_support(
+                  Case::parse("gdr_grad(layout=packed[0,37,70],K=128,V=100,dtype=fp16,dht=rand,"
+                              "cp=50)"))
+                  .ok);
+  const Support grad256 = cuda_kernels_support(Case::parse("gdr_grad(layout=single[16],K=256)"));
+  EXPECT_FALSE(grad256.ok);
+  EXPECT_TRUE(starts_with(grad256.reason, "kernels/cuda: key_dim 256 > 128")) << grad256.reason;
+
+  // The gate suite: every gdr and gdr_grad case (all at K <= 128) and part of the mask cases are
+  // covered.
   std::set<std::string> covered_ops;
-  int covered = 0, gdr_kernel_cases = 0;
+  int covered = 0, gdr_kernel_cases = 0, grad_cases = 0;
   for (const Case& c : cases::suite("gate")) {
     const Support s = cuda_kernels_support(c);
-    if (c.op() == "gdr_grad" || c.op() == "layer_grad") {  // no CUDA backward yet
+    if (c.op() == "layer_grad") {  // no CUDA gates or norm backward
       EXPECT_FALSE(s.ok) << c.id();
       continue;
     }
-    if (c.op() == "gdr") {
+    if (c.op() == "gdr" || c.op() == "gdr_grad") {
       EXPECT_TRUE(s.ok) << c.id() << ": " << s.reason;
-      ++gdr_kernel_cases;
+      ++(c.op() == "gdr" ? gdr_kernel_cases : grad_cases);
     }
     if (!s.ok) {
       EXPECT_FALSE(s.reason.empty()) << c.id();
@@ -98,10 +109,17 @@ TEST(CudaBackend, KernelCoverageFromTheCase) {
     covered_ops.insert(c.op());
     ++covered;
   }
-  EXPECT_EQ(covered_ops, (std::set<std::string>{"gdr", "mask", "segments"}));
-  // Those gdr cases and some mask cases (the rest of the ops have no CUDA kernel yet).
+  EXPECT_EQ(covered_ops, (std::set<std::string>{"gdr", "gdr_grad", "mask", "segments"}));
+  // Those gdr and gdr_grad cases and some mask cases (the rest of the ops have no CUDA kernel).
   EXPECT_GT(gdr_kernel_cases, 100);
-  EXPECT_GT(covered, gdr_kernel_cases);
+  EXPECT_GT(grad_cases, 50);
+  EXPECT_GT(covered, gdr_kernel_cases + grad_cases);
+  int full = 0, full_covered = 0;
+  for (const Case& c : cases::suite("full")) ++full, full_covered += cuda_kernels_support(c).ok;
+  std::printf(
+      "[ measured ] the kernels cover %d of the gate's %zu cases (%d gdr_grad), %d of the "
+      "full suite's %d\n",
+      covered, cases::suite("gate").size(), grad_cases, full_covered, full);
 }
 
 TEST(CudaBackend, WithoutADeviceEveryCaseIsUnsupported) {
@@ -183,12 +201,26 @@ TEST(GpuCheckScript, DryRunListsEveryStep) {
   ASSERT_EQ(run_command("bash -n " + script, &out), 0) << out;
   out.clear();
   ASSERT_EQ(run_command(script + " --dry-run --report-dir /nonexistent/r", &out), 0) << out;
-  for (const char* step :
-       {"[configure]", "-DCMAKE_CUDA_ARCHITECTURES=90", "[build]", "[device]",
-        "[test_kernels_cuda]", "[test_backends_cuda]", "[gate]", "--suite gate --backend cuda",
-        "[full]", "--report-dir /nonexistent/r/full", "[memcheck smoke]", "--tool memcheck",
-        "[racecheck smoke]", "--tool racecheck", "[memcheck test_kernels_cuda]",
-        "[racecheck test_kernels_cuda]", "[bench]", "--benchmark_filter=/cuda/"})
+  for (const char* step : {"[configure]",
+                           "-DCMAKE_CUDA_ARCHITECTURES=90",
+                           "[build]",
+                           "[device]",
+                           "[test_kernels_cuda]",
+                           "[test_backends_cuda]",
+                           "[gate]",
+                           "--suite gate --backend cuda",
+                           "[gate gdr_grad]",
+                           "--filter \\^gdr_grad",
+                           "[full]",
+                           "--report-dir /nonexistent/r/full",
+                           "[memcheck smoke]",
+                           "--tool memcheck",
+                           "[racecheck smoke]",
+                           "--tool racecheck",
+                           "[memcheck test_kernels_cuda]",
+                           "[racecheck test_kernels_cuda]",
+                           "[bench]",
+                           "--benchmark_filter=/cuda/"})
     EXPECT_NE(out.find(step), std::string::npos) << step << " missing from:\n" << out;
   // FLA's Triton kernels through the peer adapter, on the GPU (no interpreter there).
   for (const char* step : {"[fla triton]", "--peer fla-chunk --peer fla-fused-recurrent --long"})
@@ -245,6 +277,48 @@ TEST(CudaBackendOnDevice, PassesTheGatesServingContractCases) {
     passed += r.verdict == Verdict::kPass;
   }
   EXPECT_GE(passed, 15);
+}
+
+// The gate's gdr_grad cases (cp=S included, through its two ranks' calls) pass against the FP64
+// backward with the probes, and the backward repeats its bits: a second run of each one-call case
+// gives every output byte for byte.
+TEST(CudaBackendOnDevice, PassesTheGatesGdrGradCasesWithTheSameBitsTwice) {
+  DC_REQUIRE_DEVICE();
+  auto backend = cuda_backend();
+  int passed = 0, repeated = 0;
+  for (const Case& c : cases::suite("gate")) {
+    if (c.op() != "gdr_grad") continue;
+    const PreparedCase pc = prepare(c);
+    const CaseResult r = run_case(pc, *backend, /*probes=*/true);
+    EXPECT_EQ(r.verdict, Verdict::kPass) << c.id() << ": " << r.message;
+    passed += r.verdict == Verdict::kPass;
+    if (ops::gdr_grad::decode(c).cp != 0) continue;  // run() is each rank's call
+    cases::TensorMap first = allocate_outputs(pc.outputs), second = allocate_outputs(pc.outputs);
+    ASSERT_TRUE(backend->run(c, pc.inputs, first).ok()) << c.id();
+    ASSERT_TRUE(backend->run(c, pc.inputs, second).ok()) << c.id();
+    for (const cases::Tensor& t : first.all())
+      EXPECT_EQ(0, std::memcmp(t.data(), second.at(t.name()).data(), t.nbytes()))
+          << c.id() << ": " << t.name() << " differs between two runs";
+    ++repeated;
+  }
+  EXPECT_GT(passed, 50);
+  EXPECT_GT(repeated, 40);
+}
+
+// The comparison of the device's gradients can fail: one element of dk of the first sequence
+// moved by 1 after the run gives a fail (in a later sequence the judge would presume a leak).
+TEST(CudaBackendOnDevice, AMovedGradientFails) {
+  DC_REQUIRE_DEVICE();
+  auto backend = cuda_backend();
+  const Case c = Case::parse("gdr_grad(layout=packed[20,0,30],dht=rand,tail=3,seed=2)");
+  const PreparedCase pc = prepare(c);
+  cases::TensorMap out = allocate_outputs(pc.outputs);
+  ASSERT_TRUE(backend->run(c, pc.inputs, out).ok());
+  EXPECT_EQ(judge(pc, out, "cuda").verdict, Verdict::kPass);
+  cases::Tensor& dk = out.at("dk");
+  const int64_t at = (5 * 2 + 1) * 64 + 3;  // token 5, key head 1, element 3
+  dk.set(at, dk.get(at) + 1.0);
+  EXPECT_EQ(judge(pc, out, "cuda").verdict, Verdict::kFail);
 }
 
 // Padding entries of a pool are never written: their rows of o keep the runner's poison through

@@ -17,153 +17,12 @@
 
 #include "core/half.h"
 #include "kernels/cpu/gated_delta_rule_backward.h"
-#include "reference/gated_delta_rule_backward.h"
-#include "tests/splitmix64.h"
+#include "tests/kernels/gdr_backward_testbed.h"
 
 namespace deltacheck::kernels::cpu {
 namespace {
 
-using Rng = test_support::SplitMix64;
-
-// A tensor stored in `type` (as raw bytes) and the same values in FP64 for the reference.
-struct Tensor {
-  DType type;
-  std::vector<uint16_t> half;
-  std::vector<float> f32;
-  std::vector<double> f64;
-  Tensor(DType t, int64_t n) : type(t) {
-    if (t == DType::kF32)
-      f32.assign(static_cast<size_t>(n), NAN);
-    else
-      half.assign(static_cast<size_t>(n), 0x7fc0);  // NaN in bf16 and fp16 alike
-  }
-  void* data() { return type == DType::kF32 ? static_cast<void*>(f32.data()) : half.data(); }
-  int64_t size() const {
-    return static_cast<int64_t>(type == DType::kF32 ? f32.size() : half.size());
-  }
-  double at(int64_t i) const { return load_as_float(cdata(), type, i); }
-  const void* cdata() const {
-    return type == DType::kF32 ? static_cast<const void*>(f32.data()) : half.data();
-  }
-  void fill(Rng& r, double lo, double hi) {
-    f64.resize(static_cast<size_t>(size()));
-    for (int64_t i = 0; i < size(); ++i) {
-      store_from_float(data(), type, i, static_cast<float>(r.uniform(lo, hi)));
-      f64[i] = at(i);  // the reference sees exactly the stored value
-    }
-  }
-};
-
-struct Case {
-  std::string name;
-  DType dt;
-  std::vector<int64_t> cu;  // empty: B rows of T tokens
-  int64_t T, H, HV, K, V;
-  double g_lo;
-  int64_t B = 1;
-  bool l2 = true, h0 = true, dht = true;
-};
-
-struct Problem {
-  Case c;
-  DType dt;
-  int64_t B, T, H, HV, K, V;
-  std::vector<int64_t> cu;
-  Tensor q, k, v, g, beta, dout, h0, dht;  // g, h0, dht: fp32
-  explicit Problem(const Case& c_)
-      : c(c_),
-        dt(c.dt),
-        B(c.B),
-        T(c.T),
-        H(c.H),
-        HV(c.HV),
-        K(c.K),
-        V(c.V),
-        cu(c.cu),
-        q(dt, B * T * H * K),
-        k(dt, B * T * H * K),
-        v(dt, B * T * HV * V),
-        g(DType::kF32, B * T * HV),
-        beta(dt, B * T * HV),
-        dout(dt, B * T * HV * V),
-        h0(DType::kF32, n() * HV * K * V),
-        dht(DType::kF32, n() * HV * K * V) {
-    Rng r{7 + static_cast<uint64_t>(T)};
-    q.fill(r, -1, 1), k.fill(r, -1, 1), v.fill(r, -1, 1), g.fill(r, c.g_lo, 0);
-    beta.fill(r, 0.05, 1.0), dout.fill(r, -1, 1), h0.fill(r, -0.5, 0.5), dht.fill(r, -1, 1);
-  }
-  int64_t n() const { return cu.empty() ? B : static_cast<int64_t>(cu.size()) - 1; }
-
-  reference::GatedDeltaRuleGradients oracle() const {
-    reference::GatedDeltaRuleArgs a;
-    a.batch = B, a.seq_len = T, a.num_heads = H, a.num_value_heads = HV, a.key_dim = K;
-    a.value_dim = V;
-    a.q = q.f64.data(), a.k = k.f64.data(), a.v = v.f64.data(), a.g = g.f64.data();
-    a.beta = beta.f64.data(), a.cu_seqlens = cu;
-    a.initial_state = c.h0 ? h0.f64.data() : nullptr;
-    a.use_qk_l2norm = c.l2;
-    return reference::gated_delta_rule_backward(a, dout.f64.data(),
-                                                c.dht ? dht.f64.data() : nullptr);
-  }
-};
-
-// The kernel's outputs, poisoned with NaN before the run.
-struct Grads {
-  Tensor dq, dk, dv, dg, dbeta, dh0;
-  explicit Grads(const Problem& p)
-      : dq(p.dt, p.B * p.T * p.H * p.K),
-        dk(p.dt, p.B * p.T * p.H * p.K),
-        dv(p.dt, p.B * p.T * p.HV * p.V),
-        dg(DType::kF32, p.B * p.T * p.HV),
-        dbeta(p.dt, p.B * p.T * p.HV),
-        dh0(DType::kF32, p.n() * p.HV * p.K * p.V) {}
-};
-
-GatedDeltaRuleBackwardParams params(Problem& p, Grads& d) {
-  GatedDeltaRuleBackwardParams b;
-  GatedDeltaRuleParams& f = b.forward;
-  f.batch = p.B, f.seq_len = p.T, f.num_heads = p.H, f.num_value_heads = p.HV;
-  f.key_dim = p.K, f.value_dim = p.V, f.dtype = p.dt;
-  f.q = p.q.data(), f.k = p.k.data(), f.v = p.v.data(), f.g = p.g.f32.data();
-  f.beta = p.beta.data();
-  if (!p.cu.empty()) f.cu_seqlens = p.cu.data(), f.num_seqs = p.n();
-  f.initial_state = p.c.h0 ? p.h0.f32.data() : nullptr, f.use_qk_l2norm = p.c.l2;
-  b.d_output = p.dout.data(), b.d_final_state = p.c.dht ? p.dht.f32.data() : nullptr;
-  b.dq = d.dq.data(), b.dk = d.dk.data(), b.dv = d.dv.data(), b.dg = d.dg.f32.data();
-  b.dbeta = d.dbeta.data(), b.dh0 = d.dh0.f32.data();
-  return b;
-}
-
-double rel_rms(const Tensor& got, const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < got.size(); ++i) {
-    const double e = got.at(i) - want[i];
-    num += e * e;
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num / den);
-}
-
-// Bounds on the relative RMS error per tensor. A tensor stored in bf16 / fp16 carries its final
-// rounding, at most the unit roundoff u = 2^-8 (bf16) / 2^-11 (fp16) of each element, hence of
-// the RMS (measured 1.5e-3 to 1.8e-3 in bf16, 2.0e-4 to 2.4e-4 in fp16); the fp32 arithmetic
-// before it adds about 1e-7. Bound: 2u for narrow storage. For fp32 storage (every tensor in
-// fp32, and dg, dh0 always) 2e-6, ten times the largest error measured here (1.9e-7, dbeta),
-// which leaves room for other compilers' FMA contraction while a lost term or a wrong sign of
-// any one token's contribution is orders of magnitude above it.
-double bound(DType stored) {
-  switch (stored) {
-    case DType::kBF16:
-      return 2 * 0x1p-8;
-    case DType::kF16:
-      return 2 * 0x1p-11;
-    case DType::kF32:
-      break;
-    default:
-      break;
-  }
-  return 2e-6;
-}
+using namespace backward_testbed;  // NOLINT(build/namespaces): the tests' own testbed
 
 // The kernels under test; the entry point gated_delta_rule_backward picks one of them.
 struct Kernel {
@@ -182,114 +41,39 @@ TEST_P(BackwardKernel, MatchesTheFp64Backward) {
   for (const Kernel& kernel : kKernels) {
     Grads d(p);
     ASSERT_TRUE(kernel.run(params(p, d)).ok()) << kernel.name;
-    const struct {
-      const char* name;
-      const Tensor& got;
-      const std::vector<double>& want;
-    } rows[] = {{"dq", d.dq, ref.dq}, {"dk", d.dk, ref.dk},          {"dv", d.dv, ref.dv},
-                {"dg", d.dg, ref.dg}, {"dbeta", d.dbeta, ref.dbeta}, {"dh0", d.dh0, ref.dh0}};
-    std::printf("[ measured ] %s %s:", c.name.c_str(), kernel.name);
-    for (const auto& r : rows) {
-      const double e = rel_rms(r.got, r.want);
-      std::printf(" %s %.1e", r.name, e);
-      EXPECT_LT(e, bound(r.got.type)) << kernel.name << " " << r.name;  // NaN (unwritten) too
-    }
-    std::printf("\n");
+    within_bounds(c.name + " " + kernel.name, d, ref);
   }
 }
 
-const Case kCases[] = {
-    // Empty sequences first, inside and last; a tail past cu_seqlens[-1]; a sequence longer than
-    // one 64-token block.
-    {"fp32_packed_gva", DType::kF32, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3},
-    {"fp32_odd_dims_strong_decay", DType::kF32, {0, 65, 65, 129}, 129, 1, 2, 13, 7, -20},
-    {"bf16_packed_gva", DType::kBF16, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3},
-    {"fp16_packed_gva", DType::kF16, {0, 0, 37, 37, 150, 160}, 170, 2, 4, 32, 24, -3},
-    // Chunk-edge lengths 63, 64, 65, 1 and an empty last sequence, a tail of 7; weak and strong
-    // gates (g down to -20: decays of 2e-9 per token).
-    {"fp32_chunk_edges_gva", DType::kF32, {0, 63, 127, 192, 193, 193}, 200, 2, 4, 32, 24, -3},
-    {"fp32_chunk_edges_strong_decay",
-     DType::kF32,
-     {0, 63, 127, 192, 193, 193},
-     200,
-     2,
-     2,
-     16,
-     16,
-     -20},
-    {"bf16_chunk_edges", DType::kBF16, {0, 63, 127, 192, 193, 193}, 200, 2, 4, 32, 24, -3},
-    {"fp16_chunk_edges_strong_decay",
-     DType::kF16,
-     {0, 63, 127, 192, 193, 193},
-     200,
-     2,
-     2,
-     16,
-     16,
-     -20},
-    // B rows without cu_seqlens (the "rows past the first" bug class), GVA 4, without the norm,
-    // initial states or dht.
-    {"fp32_batch_rows_bare", DType::kF32, {}, 90, 1, 4, 16, 16, -1, 3, false, false, false},
-    {"bf16_batch_rows_l2_dht", DType::kBF16, {}, 70, 2, 2, 16, 8, -1, 2, true, false, true},
-    // Without GVA the chunked kernel finishes dq and dk in the lane: without the norm too.
-    {"fp32_batch_rows_no_gva_no_l2", DType::kF32, {}, 130, 2, 2, 16, 16, -1, 2, false, false, true},
-};
-
-INSTANTIATE_TEST_SUITE_P(Cpu, BackwardKernel, ::testing::ValuesIn(kCases),
+INSTANTIATE_TEST_SUITE_P(Cpu, BackwardKernel, ::testing::ValuesIn(kernel_cases()),
                          [](const auto& info) { return info.param.name; });
 
 TEST(BackwardKernelContract, DeadTokensZeroPoolRowsUntouchedSameBitsForAnyThreadCount) {
-  Problem p({"", DType::kF32, {0, 20, 50, 60}, 70, 1, 2, 8, 5, -2});
-  const int64_t row = p.HV * p.K * p.V;
-  // Sequence i uses pool row {2, -1, 0}[i]; row 1 and 3 belong to nobody.
-  const std::vector<int32_t> slots{2, -1, 0};
-  std::vector<float> pool_h0(4 * row), pool_dht(4 * row);
-  for (size_t i = 0; i < pool_h0.size(); ++i) {
-    pool_h0[i] = static_cast<float>(std::sin(0.3 * i));
-    pool_dht[i] = static_cast<float>(std::cos(0.7 * i));
-  }
+  PoolProblem pool;
   for (const Kernel& kernel : kKernels) {
-    std::map<int64_t, std::vector<float>> first;  // per block length
+    std::map<int64_t, std::vector<uint8_t>> first;  // per block length
+    std::vector<float> first_any;
     for (int threads : {1, 2, 3}) {
       for (int64_t chunk : {1, 7, 64}) {
-        Grads d(p);
-        std::vector<float> dh0(4 * row, -7.0f);
-        GatedDeltaRuleBackwardParams b = params(p, d);
-        b.forward.state_slots = slots.data(), b.forward.num_state_rows = 4;
-        b.forward.initial_state = pool_h0.data(), b.d_final_state = pool_dht.data();
-        b.dh0 = dh0.data(), b.forward.num_threads = threads, b.forward.chunk_size = chunk;
+        Grads d = pool.grads();
+        GatedDeltaRuleBackwardParams b = pool.params(d, pool.slots.data(), chunk);
+        b.forward.num_threads = threads;
         ASSERT_TRUE(kernel.run(b).ok());
-        for (int64_t e = 0; e < row; ++e) {
-          ASSERT_EQ(dh0[1 * row + e], -7.0f) << kernel.name;
-          ASSERT_EQ(dh0[3 * row + e], -7.0f) << kernel.name;
-        }
-        // Tokens 20..49 (the padding entry) and 60..69 (the tail): every gradient exactly zero.
-        for (int64_t t = 20; t < 70; ++t) {
-          if (t >= 50 && t < 60) continue;
-          for (int64_t e = 0; e < p.H * p.K; ++e) {
-            ASSERT_EQ(d.dq.f32[t * p.H * p.K + e], 0.0f) << kernel.name << " " << t;
-            ASSERT_EQ(d.dk.f32[t * p.H * p.K + e], 0.0f) << kernel.name << " " << t;
-          }
-          for (int64_t e = 0; e < p.HV * p.V; ++e) ASSERT_EQ(d.dv.f32[t * p.HV * p.V + e], 0.0f);
-          for (int64_t e = 0; e < p.HV; ++e) {
-            ASSERT_EQ(d.dg.f32[t * p.HV + e], 0.0f);
-            ASSERT_EQ(d.dbeta.f32[t * p.HV + e], 0.0f);
-          }
-        }
+        pool.expect_contract(d, kernel.name);
         // The same bits whatever the thread count. The block length changes the arithmetic
         // (where the recurrent kernel fuses passes over the state; the chunked kernel's whole
         // decomposition), so across block lengths the results agree to fp32 rounding only.
-        std::vector<float> all = dh0;
-        for (const Tensor* x : {&d.dq, &d.dk, &d.dv, &d.dg, &d.dbeta})
-          all.insert(all.end(), x->f32.begin(), x->f32.end());
+        const std::vector<uint8_t> all = bytes_of(d);
         if (first.count(chunk) == 0) first[chunk] = all;
-        ASSERT_EQ(0, std::memcmp(first[chunk].data(), all.data(), all.size() * sizeof(float)))
+        ASSERT_EQ(first[chunk], all)
             << kernel.name << ", " << threads << " threads, chunk " << chunk;
+        std::vector<float> values(all.size() / sizeof(float));
+        std::memcpy(values.data(), all.data(), all.size());
+        if (first_any.empty()) first_any = values;
         double num = 0.0, den = 0.0;
-        for (size_t i = 0; i < all.size(); ++i) {
-          num += (double(all[i]) - first.begin()->second[i]) *
-                 (double(all[i]) - first.begin()->second[i]);
-          den += double(all[i]) * all[i];
+        for (size_t i = 0; i < values.size(); ++i) {
+          num += (double(values[i]) - first_any[i]) * (double(values[i]) - first_any[i]);
+          den += double(values[i]) * values[i];
         }
         EXPECT_LT(std::sqrt(num / den), 1e-6) << kernel.name << ", chunk " << chunk;
       }

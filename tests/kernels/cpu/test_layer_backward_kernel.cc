@@ -18,6 +18,7 @@
 #include "kernels/cpu/linear_attention_layer_backward.h"
 #include "reference/causal_conv1d_backward.h"
 #include "reference/linear_attention_layer_backward.h"
+#include "tests/kernels/gdr_backward_testbed.h"
 #include "tests/splitmix64.h"
 
 namespace deltacheck::kernels::cpu {
@@ -25,45 +26,10 @@ namespace {
 
 using Rng = test_support::SplitMix64;
 
-// A tensor stored in `type` (raw bytes), NaN until written, and its values in FP64.
-struct Buf {
-  DType type;
-  std::vector<uint16_t> half;
-  std::vector<float> f32;
-  std::vector<double> f64;
-  Buf(DType t, int64_t n) : type(t) {
-    if (t == DType::kF32)
-      f32.assign(static_cast<size_t>(n), NAN);
-    else
-      half.assign(static_cast<size_t>(n), 0x7fc0);  // NaN in bf16 and fp16 alike
-  }
-  void* data() { return type == DType::kF32 ? static_cast<void*>(f32.data()) : half.data(); }
-  const void* cdata() const {
-    return type == DType::kF32 ? static_cast<const void*>(f32.data()) : half.data();
-  }
-  float* f() { return f32.data(); }
-  int64_t size() const {
-    return static_cast<int64_t>(type == DType::kF32 ? f32.size() : half.size());
-  }
-  double at(int64_t i) const { return load_as_float(cdata(), type, i); }
-  void fill(Rng& r, double lo, double hi) {
-    f64.resize(static_cast<size_t>(size()));
-    for (int64_t i = 0; i < size(); ++i) {
-      store_from_float(data(), type, i, static_cast<float>(r.uniform(lo, hi)));
-      f64[i] = at(i);  // the reference sees exactly the stored value
-    }
-  }
-};
-
-double rel_rms(const Buf& got, const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < got.size(); ++i) {
-    const double e = got.at(i) - want[i];
-    num += e * e;
-    den += want[i] * want[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
+// A tensor stored in `type` (raw bytes), NaN until written, and its values in FP64; its relative
+// RMS error against the FP64 backward (the rule's backward tests' own, gdr_backward_testbed.h).
+using Buf = backward_testbed::Tensor;
+using backward_testbed::rel_rms;
 
 // ---- the conv's backward -----------------------------------------------------------------------
 
