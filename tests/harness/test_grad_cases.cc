@@ -127,16 +127,17 @@ TEST(GradCases, DgByTheCancellationFormFailsUnderStrongDecay) {
     // beta = 0 writes nothing: the state only decays, and every term of the sum vanishes with it.
     if (p.rule.beta == ops::gdr::Beta::kZero) continue;
     const CaseResult r = run_case(prepare(c), *make_backend("wrong:grad-dg-cumulative"), true);
-    // The chunked fp32 baseline computes dg by the same cancellation form, per chunk of 64: the
-    // tolerance allows what that form loses, so the backend fails where its reverse sum loses
-    // more than twice as much, and passes elsewhere; never on another tensor, never a leak.
+    // The chunked fp32 baselines compute dg by the same cancellation form, per chunk of 64 (with
+    // a running and with an exact cumulative sum): the tolerance allows what that form loses, so
+    // the backend fails where its reverse sum loses more than twice as much, and passes
+    // elsewhere; never on another tensor, never a leak.
     ASSERT_TRUE(r.verdict == Verdict::kFail || r.verdict == Verdict::kPass)
         << c.id() << ": " << r.message;
     for (const TensorReport& t : r.tensors)
       EXPECT_TRUE(t.ok || t.name == "dg") << c.id() << " " << t.name;
     fails += r.verdict == Verdict::kFail;
   }
-  EXPECT_GE(fails, 15);
+  EXPECT_GE(fails, 12);  // 14 of the gate's (19 with the low-precision cases, docs/gradients.md)
   const CaseResult zero =
       run(cases::Case::parse("gdr_grad(layout=packed[63,0,65],K=32,V=32,gate=zero,dht=rand)"),
           "wrong:grad-dg-cumulative");

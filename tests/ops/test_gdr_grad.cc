@@ -194,9 +194,10 @@ TEST(GdrGradOracle, OutputsSlicesAndTail) {
   EXPECT_TRUE(op.carried_states(c).empty());  // no split probe
 }
 
-// The baselines: the backward's recurrent and chunked forms in fp32 (and both with bf16 operands
-// for a bf16 case), near the oracle but not equal to it; the FP64 arithmetic without
-// rounding gives the oracle's bits, the FP64 chunked form its values to rounding.
+// The baselines: the backward's recurrent and chunked forms in fp32, the chunked one also with
+// exact cumulative sums for an fp32 case (and both with bf16 operands for a bf16 case), near the
+// oracle but not equal to it; the FP64 arithmetic without rounding gives the oracle's bits, the
+// FP64 chunked form its values to rounding.
 TEST(GdrGradOracle, BaselinesAreTheBackwardInTheCasesPrecision) {
   for (const char* dtype : {"fp32", "bf16"}) {
     const Case c = Case::parse(std::string("gdr_grad(layout=packed[63,0,65],K=16,V=16,dtype=") +
@@ -205,8 +206,11 @@ TEST(GdrGradOracle, BaselinesAreTheBackwardInTheCasesPrecision) {
     const Operation& op = operation_for(c);
     const Values oracle = op.oracle(c, in);
     const std::vector<Baseline> bs = op.baselines(c, in, MatmulPrecision::kDefault);
-    ASSERT_EQ(bs.size(), std::string(dtype) == "fp32" ? 2u : 4u);
+    ASSERT_EQ(bs.size(), std::string(dtype) == "fp32" ? 3u : 4u);
     EXPECT_NE(bs[1].name.find("chunked fp32"), std::string::npos) << bs[1].name;
+    if (std::string(dtype) == "fp32") {  // torch.cumsum's rounding of the cumulative gates
+      EXPECT_NE(bs[2].name.find("chunked fp32, exact cumsum"), std::string::npos) << bs[2].name;
+    }
     for (const Baseline& b : bs)
       for (const auto& [name, ref] : oracle) {
         double num = 0, den = 0;
