@@ -37,15 +37,16 @@ std::unique_ptr<deltacheck::Backend> toy_backend(const char* name,
 const deltacheck::Selection kCases = deltacheck::Selection("gate").filter("^gdr\\(").exclude(
     "dtype=fp16|cache=(pool|spec)|packed\\[700,1300\\]");
 
-// Where carrying the state from one sequence into the next shows: every case with two or more
-// sequences (batch rows too: the probes rerun them packed), except where the gate erases the
-// state at each sequence's start anyway (gate=tail decays by e^-30 or more per token in the
-// last chunk, which is the whole sequence when it has at most 64 tokens) — then nothing leaks.
+// Where carrying the state from one sequence into the next shows: every packed case with two
+// or more sequences (rows of a batch stay separate, and the probes keep a batch a batch), except
+// where the gate erases the state at each sequence's start anyway (gate=tail decays by e^-30 or
+// more per token in the last chunk, which is the whole sequence when it has at most 64 tokens)
+// — then nothing leaks.
 std::vector<deltacheck::Verdict> leaky_verdict(const deltacheck::Case& c) {
   const deltacheck::Layout& layout = c.layout();
   bool state_survives = c.get("gate") != "tail";
   for (int64_t len : layout.lengths) state_survives = state_survives || len > 64;
-  const bool leaks = layout.num_seqs() >= 2 && state_survives;
+  const bool leaks = layout.has_cu_seqlens() && layout.num_seqs() >= 2 && state_survives;
   return {leaks ? deltacheck::Verdict::kLeak : deltacheck::Verdict::kPass};
 }
 
