@@ -46,19 +46,6 @@ class ConvDweightRows : public WrongLayerGradBackend {
     const cases::Tensor& qkv = in.at("qkv");
     const size_t row = qkv.nbytes() / static_cast<size_t>(qkv.shape()[1]);
     const Operation& op = operation_for(c);
-    // Repacking reads the sequences' token rows: the padding tail's rows are left out first.
-    cases::TensorMap live;
-    for (const cases::Tensor& t : in.all()) {
-      if (op.major(t.name()) != TensorMajor::kToken || t.shape()[1] == offs[n]) {
-        live.add(t);
-        continue;
-      }
-      std::vector<int64_t> shape = t.shape();
-      const size_t bytes = t.nbytes() / static_cast<size_t>(shape[1]) * offs[n];
-      shape[1] = offs[n];
-      cases::Tensor& cut = live.add(cases::Tensor(t.name(), t.dtype(), shape));
-      std::memcpy(cut.data(), t.data(), bytes);
-    }
     cases::Tensor& dw = out.at("dconv_weight");
     std::vector<double> sum(static_cast<size_t>(dw.numel()), 0.0);
     bool moved = false;
@@ -67,7 +54,7 @@ class ConvDweightRows : public WrongLayerGradBackend {
       if (len == 0) continue;
       moved = moved || offs[s] > 0;
       // The sequence alone, with the conv input rows of the pack's first tokens.
-      Repacked rp = repack(c, live, {{s, 0, len}}, {{"tail", "0"}});
+      Repacked rp = repack(c, in, {{s, 0, len}});  // (without the padding tail)
       std::memcpy(rp.tensors.at("qkv").data(), qkv.data(), static_cast<size_t>(len) * row);
       cases::TensorMap o = allocate_outputs(op.outputs(rp.c));
       if (Status st = run_cpu_layer_grad_case(rp.c, rp.tensors, o); !st.ok()) return st;

@@ -23,5 +23,6 @@ using ops::Repacked;
 using ops::row_bytes;
 using ops::row_values;
 using ops::token_row;
+using ops::token_rows;
 
 }  // namespace deltacheck::harness

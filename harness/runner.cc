@@ -682,7 +682,7 @@ PreparedCase prepare_pieces(const PreparedCase& pc, const std::vector<Piece>& pi
         const auto part =
             op.major(name) == TensorMajor::kSequence
                 ? row_values(values, L.num_seqs(), p.seq, 1)
-                : row_values(values, L.total_tokens(), token_row(L, p.seq, p.offset), p.length);
+                : row_values(values, token_rows(pc.c), token_row(L, p.seq, p.offset), p.length);
         dst.insert(dst.end(), part.begin(), part.end());
       }
     }
@@ -737,18 +737,22 @@ void confirm_leak(const PreparedCase& pc, Backend& backend, CaseResult& r) {
   }
   if (first_of_pack) {
     if (v != Verdict::kPass) return;  // wrong by itself: stays a fail (the probes may say more)
+    std::string row;  // a sequence-major output (a state or its gradient) has no token
     for (const TensorReport& t : r.tensors)
       if (!t.seqs.empty() && !t.seqs[0].ok) {
         r.leak_seq = 0;
         r.leak_token = t.seqs[0].first_bad_token;
         r.leak_max_abs = t.seqs[0].metrics.max_abs;
+        row = t.name;
         break;
       }
     r.verdict = Verdict::kLeak;
+    const std::string where = r.leak_token >= 0 ? fmt::format("from token {}", r.leak_token)
+                                                : fmt::format("in its '{}' row", row);
     r.message = fmt::format(
-        "seq 0 from token {}, max|Δ| {:.2e}: wrong in the pack and right alone, a later "
-        "sequence leaks into it ({})",
-        r.leak_token, r.leak_max_abs, r.message);
+        "seq 0 {}, max|Δ| {:.2e}: wrong in the pack and right alone, a later sequence leaks into "
+        "it ({})",
+        where, r.leak_max_abs, r.message);
     return;
   }
   if (v == Verdict::kPass) {

@@ -84,8 +84,6 @@ std::vector<int64_t> BackwardOperation::sequence_lengths(const Case& c) const {
   return problem(c).layout.lengths;
 }
 
-bool BackwardOperation::repackable(const Case& c) const { return problem(c).tail == 0; }
-
-bool BackwardOperation::presume_leaks(const Case& c) const { return problem(c).tail == 0; }
+int64_t BackwardOperation::tail_rows(const Case& c) const { return problem(c).tail; }
 
 }  // namespace deltacheck::ops::grad

@@ -58,19 +58,18 @@ SeqSlice sequence_slice(int64_t seq, int64_t per);
 
 // What the backward operations share as Operations: the oracle (the FP64 backward), one baseline
 // per fp32 formulation of the rule's backward in the case's precision (grad_baselines), the
-// sequences, and the probes. Repacking keeps the tokens of sequences only: a case with a padding
-// tail is judged without the probes (its tail is checked bit for bit instead), and a wrong later
-// sequence of it cannot be run alone to confirm a leak (fail, not an unconfirmed leak). No split
-// probe: splitting the backward needs the state gradients passed back from the second call to the
-// first.
+// sequences, and the probes. Repacking keeps the tokens of sequences only: the probes and the leak
+// confirmation run a case with a padding tail's sequences without it (its tail is checked bit for
+// bit by the plain run). No split probe: splitting the backward needs the state gradients passed
+// back from the second call to the first.
 class BackwardOperation : public Operation {
  public:
   Values oracle(const Case& c, const TensorMap& in) const override;
   std::vector<Baseline> baselines(const Case& c, const TensorMap& in,
                                   MatmulPrecision precision) const override;
   std::vector<int64_t> sequence_lengths(const Case& c) const override;
-  bool repackable(const Case& c) const override;
-  bool presume_leaks(const Case& c) const override;
+  bool repackable(const Case& c) const override { return true; }
+  int64_t tail_rows(const Case& c) const override;
 
  protected:
   struct Problem {

@@ -130,6 +130,10 @@ class Operation {
   // Whether sequences of this case can be run alone / reordered / split by repacking (probes,
   // leak confirmation). False e.g. where states live in a shared slot-addressed pool.
   virtual bool repackable(const cases::Case& c) const { return false; }
+  // Token rows of token-major tensors after the sequences' tokens: a padding tail after
+  // cu_seqlens[-1] (the backward ops' `tail` parameter). Repacking leaves them out: a repacked
+  // case is its sequences' tokens only, with `tail=0` (ops/repack.h).
+  virtual int64_t tail_rows(const cases::Case& c) const { return 0; }
   // Whether a wrong sequence after a right first one is presumed a leak until isolation says
   // otherwise. False where the case cannot be isolated and its sequences share no computation by
   // the contract (gdr's serving modes: a wrong state row is its own sequence's failure), so the

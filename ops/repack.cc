@@ -30,6 +30,12 @@ std::string layout_of(const std::vector<Piece>& pieces, bool batch) {
 // The shape of a token-major tensor with `rows` tokens, keeping the trailing dims.
 std::vector<int64_t> token_shape(const cases::Tensor& t, int64_t total_rows, int64_t rows) {
   std::vector<int64_t> s = t.shape();
+  const bool flat = !s.empty() && s[0] == total_rows;
+  const bool rowed = s.size() >= 2 && s[0] * s[1] == total_rows;
+  if (!flat && !rowed)
+    throw std::invalid_argument("repack: token-major tensor '" + t.name() +
+                                "' does not have the case's " + std::to_string(total_rows) +
+                                " token rows");
   if (s.size() >= 2 && s[0] * s[1] == total_rows && !(s[0] == total_rows && s[1] != 1)) {
     s[0] = 1;
     s[1] = rows;
@@ -40,6 +46,10 @@ std::vector<int64_t> token_shape(const cases::Tensor& t, int64_t total_rows, int
 }
 
 }  // namespace
+
+int64_t token_rows(const cases::Case& c) {
+  return c.layout().total_tokens() + operation_for(c).tail_rows(c);
+}
 
 int64_t token_row(const cases::Layout& layout, int64_t seq, int64_t offset) {
   if (layout.kind == cases::Layout::Kind::kBatch) return seq * layout.row_length() + offset;
@@ -66,10 +76,11 @@ Repacked repack(const cases::Case& c, const cases::TensorMap& in, const std::vec
                 const std::vector<std::pair<std::string, std::string>>& overrides) {
   const Operation& op = operation_for(c);
   const cases::Layout& L = c.layout();
-  const int64_t total = L.total_tokens(), n = L.num_seqs();
+  const int64_t total = token_rows(c), n = L.num_seqs();
   const bool batch = stays_batch(L, pieces);
   auto changes = overrides;
   changes.emplace_back("layout", layout_of(pieces, batch));
+  if (op.tail_rows(c) > 0) changes.emplace_back("tail", "0");
   Repacked r{c.with(changes), {}};
   int64_t new_tokens = 0;
   for (const Piece& p : pieces) {

@@ -26,8 +26,13 @@ struct Repacked {
   cases::TensorMap tensors;
 };
 
+// Token rows of the case's token-major tensors: its sequences' tokens plus the operation's
+// padding tail (Operation::tail_rows).
+int64_t token_rows(const cases::Case& c);
+
 // The case made of `pieces` (single[...] for one piece, packed[...] otherwise), with its inputs.
-// Sequence-major inputs follow each piece's source sequence; cu_seqlens is rebuilt.
+// Sequence-major inputs follow each piece's source sequence; cu_seqlens is rebuilt. A padding
+// tail is left out (the new case has `tail=0`): pieces are tokens of sequences.
 // `overrides` change other parameters of the new case at the same time (e.g. its cache mode).
 Repacked repack(const cases::Case& c, const cases::TensorMap& inputs,
                 const std::vector<Piece>& pieces,

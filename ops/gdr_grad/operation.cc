@@ -81,10 +81,9 @@ class GdrGradOperation : public grad::BackwardOperation {
     return TensorMajor::kNone;
   }
 
-  // Repacking keeps the tokens of sequences only: a case with a padding tail is judged without
-  // the probes (its tail is checked bit for bit instead). No split probe: splitting the backward
-  // needs the state gradient passed back from the second call to the first, which is what cp
-  // cases do (their ranks' calls are not repacked further).
+  // Repacking keeps the tokens of sequences only (a padding tail is left out: BackwardOperation).
+  // No split probe: splitting the backward needs the state gradient passed back from the second
+  // call to the first, which is what cp cases do (their ranks' calls are not repacked further).
   bool repackable(const cases::Case& c) const override {
     return BackwardOperation::repackable(c) && decode(c).cp == 0;
   }

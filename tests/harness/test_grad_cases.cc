@@ -49,6 +49,15 @@ TEST(GradCases, StateGradientCarriedAcrossABoundaryIsALeak) {
     const CaseResult r = run(cases::Case::parse(id), "wrong:grad-carry-state");
     EXPECT_EQ(r.verdict, Verdict::kLeak) << id << ": " << r.message;
   }
+  // A pack that begins with an empty sequence: the first wrong row is sequence 0's dh0 (no token
+  // of its own), confirmed right alone and named by its row.
+  const CaseResult empty_first =
+      run(cases::Case::parse("gdr_grad(layout=packed[0,40],K=16,V=16,dht=rand,seed=5)"),
+          "wrong:grad-carry-state");
+  EXPECT_EQ(empty_first.verdict, Verdict::kLeak) << empty_first.message;
+  EXPECT_EQ(empty_first.leak_seq, 0);
+  EXPECT_NE(empty_first.message.find("seq 0 in its 'dh0' row"), std::string::npos)
+      << empty_first.message;
   // One sequence: nothing to carry.
   EXPECT_EQ(run(cases::Case::parse("gdr_grad(layout=single[65],K=16,V=16,dht=rand)"),
                 "wrong:grad-carry-state")
@@ -62,13 +71,13 @@ TEST(GradCases, Dh0OfSequenceZeroForAllIsALeak) {
           "wrong:grad-dh0-seq0");
   EXPECT_EQ(r.verdict, Verdict::kLeak) << r.message;
   EXPECT_EQ(r.leak_seq, 1);
-  // With a padding tail the case is not repacked, so the leak cannot be confirmed alone: it reads
-  // fail (docs/gradients.md), naming the first wrong sequence, never an unconfirmed leak.
+  // With a padding tail the sequences are repacked without it: the leak is confirmed alone too.
   const CaseResult tail =
       run(cases::Case::parse("gdr_grad(layout=packed[63,0,65],K=16,V=16,dht=rand,tail=7,seed=4)"),
           "wrong:grad-dh0-seq0");
-  EXPECT_EQ(tail.verdict, Verdict::kFail) << tail.message;
-  EXPECT_NE(tail.message.find("(seq 1 dh0)"), std::string::npos) << tail.message;
+  EXPECT_EQ(tail.verdict, Verdict::kLeak) << tail.message;
+  EXPECT_EQ(tail.leak_seq, 1);
+  EXPECT_NE(tail.message.find("seq 1 alone passes"), std::string::npos) << tail.message;
   // Without an initial state there is no dh0 to get wrong.
   EXPECT_EQ(run(cases::Case::parse("gdr_grad(layout=packed[63,0,65],K=16,V=16,state=none)"),
                 "wrong:grad-dh0-seq0")

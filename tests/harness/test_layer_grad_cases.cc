@@ -65,8 +65,8 @@ TEST(LayerGradCases, DweightOverTheWrongRowsFails) {
 }
 
 // The context gradient of sequence s + 1 lands in sequence s: wrong in the pack, right alone, a
-// leak; tail cases are not repacked (the leak cannot be confirmed alone) and read fail; one
-// sequence has nothing to carry.
+// leak (tail cases too: their sequences are repacked without the tail); one sequence has nothing
+// to carry.
 TEST(LayerGradCases, ConvStateGradientCarriedAcrossABoundaryIsALeak) {
   auto wrong = make_backend("wrong:grad-conv-state-carry");
   std::map<Verdict, int> n;
@@ -74,14 +74,14 @@ TEST(LayerGradCases, ConvStateGradientCarriedAcrossABoundaryIsALeak) {
     const ops::layer_grad::Params p = ops::layer_grad::decode(c);
     const CaseResult r = run_case(prepare(c), *wrong, true);
     ++n[r.verdict];
-    const Verdict want = p.layer.N < 2 ? Verdict::kPass
-                         : p.tail > 0  ? Verdict::kFail
-                                       : Verdict::kLeak;
-    EXPECT_EQ(r.verdict, want) << c.id() << ": " << r.message;
+    EXPECT_EQ(r.verdict, p.layer.N < 2 ? Verdict::kPass : Verdict::kLeak)
+        << c.id() << ": " << r.message;
+    if (p.tail > 0) {
+      EXPECT_NE(r.message.find("right alone"), std::string::npos) << c.id() << ": " << r.message;
+    }
   }
   EXPECT_EQ(n[Verdict::kPass], 1);
-  EXPECT_EQ(n[Verdict::kFail], 2);
-  EXPECT_EQ(n[Verdict::kLeak], 10);
+  EXPECT_EQ(n[Verdict::kLeak], 12);
 }
 
 // The alone confirmation judges a piece's summed gradients against the piece's own expectation

@@ -15,6 +15,7 @@
 #include "ops/gdr_grad/context_parallel.h"
 #include "ops/gdr_grad/params.h"
 #include "ops/registry.h"
+#include "ops/repack.h"
 #include "reference/gated_delta_rule_backward.h"
 #include "tests/reference/complex_step.h"
 
@@ -189,9 +190,42 @@ TEST(GdrGradOracle, OutputsSlicesAndTail) {
   EXPECT_EQ(dv[2].begin, 3 * 4);
   EXPECT_EQ(dv[2].end, 5 * 4);
   EXPECT_EQ(op.slices(c, "dh0")[2].begin, 2 * 12);
-  EXPECT_FALSE(op.repackable(c));  // tail: judged without the probes
-  EXPECT_TRUE(op.repackable(Case::parse("gdr_grad(layout=packed[3,4])")));
+  // Probes and the leak confirmation run the sequences without the tail.
+  EXPECT_TRUE(op.repackable(c));
+  EXPECT_EQ(op.tail_rows(c), 2);
+  EXPECT_EQ(op.tail_rows(Case::parse("gdr_grad(layout=packed[3,4])")), 0);
   EXPECT_TRUE(op.carried_states(c).empty());  // no split probe
+}
+
+// Repacking a case with a padding tail keeps the sequences' token rows, leaves the tail out and
+// sets tail=0; token-major tensors that do not have the case's rows are refused.
+TEST(GdrGradOracle, RepackingLeavesThePaddingTailOut) {
+  const Case c = Case::parse(kTiny);
+  const TensorMap in = cases::generate_inputs(c);
+  ASSERT_EQ(ops::token_rows(c), 7);
+  const ops::Repacked r = ops::repack(c, in, {{2, 0, 2}, {0, 1, 2}});
+  EXPECT_EQ(r.c.get_int("tail"), 0);
+  EXPECT_EQ(r.c.layout().total_tokens(), 4);
+  const Tensor& q = in.at("q");
+  const Tensor& rq = r.tensors.at("q");
+  EXPECT_EQ(ops::token_rows(r.c), 4);
+  const int64_t per = q.numel() / 7;
+  EXPECT_EQ(rq.numel(), 4 * per);
+  for (int64_t i = 0; i < 2 * per; ++i) {
+    EXPECT_EQ(rq.get(i), q.get(3 * per + i));        // sequence 2's tokens (rows 3 and 4)
+    EXPECT_EQ(rq.get(2 * per + i), q.get(per + i));  // sequence 0's tokens 1 and 2
+  }
+  TensorMap cut;
+  for (const Tensor& t : in.all()) {
+    if (t.name() != "q") {
+      cut.add(t);
+      continue;
+    }
+    std::vector<int64_t> shape = t.shape();
+    shape[1] = 5;  // the tail's rows dropped by hand: no longer the case's 7 token rows
+    cut.add(Tensor("q", t.dtype(), shape));
+  }
+  EXPECT_THROW(ops::repack(c, cut, {{0, 0, 1}}), std::invalid_argument);
 }
 
 // The baselines: the backward's recurrent and chunked forms in fp32, the chunked one also with
