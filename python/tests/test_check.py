@@ -247,3 +247,21 @@ def test_gradients_need_torch_and_a_differentiable_convention():
     (r,) = dc.check(recurrent_gdr, case=ids[0], framework="numpy", convention=no_backward)
     assert r.verdict == "unsupported", r.line()
     assert r.message == "the no_backward convention has no gradient: the kernel has no backward"
+
+
+def test_bench_splits_the_time_cold_and_warm(capsys):
+    """python -m deltacheck.bench: the per-call route and the per-case harness, with and without a
+    filled expectation cache (--warm); a kernel that does not pass makes it exit 1."""
+    from deltacheck import bench
+    few = [r"^gdr\(layout=packed\[63,0,65\]"]
+    assert bench.main(["--filter", few[0]]) == 0
+    cold = capsys.readouterr().out
+    assert bench.main(["--filter", few[0], "--warm"]) == 0
+    warm = capsys.readouterr().out
+    for out, label in ((cold, "no cache"), (warm, "warm cache")):
+        assert label in out, out
+        for line in ("route", "harness", "overhead", "process CPU"):
+            assert f"  {line}" in out, out
+    assert bench.main(["--filter", few[0], "--warm",
+                       "--kernel", "deltacheck.examples:recurrent_gdr_no_reset"]) == 1
+    assert "did not pass" in capsys.readouterr().out

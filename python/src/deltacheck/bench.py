@@ -9,14 +9,16 @@ On the same cases, in one run:
   overhead  per case: everything outside the callable (harness + route x calls per case)
   process CPU  the same split in process CPU time (all threads), which a loaded machine does not
             inflate: the figure to compare between runs
-The callable: deltacheck.examples.recurrent_gdr (NumPy), or --kernel MODULE:FUNCTION."""
+The callable: deltacheck.examples.recurrent_gdr (NumPy), or --kernel MODULE:FUNCTION.
+--warm: both runs read a filled expectation cache (a temporary directory, filled by an untimed
+pass), as a rerun under the pytest plugin does (its cache is on by default)."""
 import argparse
 import os
 import sys
 import time
 
 
-def measure(fn, ids, framework, probes):
+def measure(fn, ids, framework, probes, cache_dir=""):
     """Runs the cases on `fn`; also returns the process CPU time of the run and of the callable's
     calls (CPU time, unlike wall time, is not inflated by other processes on a loaded machine)."""
     import functools
@@ -34,7 +36,7 @@ def measure(fn, ids, framework, probes):
 
     backend, io, _ = make_backend(cpu_timed, framework=framework)
     cpu0 = time.process_time()
-    results, stats = _dc.run(ids, backend, probes)
+    results, stats = _dc.run(ids, backend, probes, None, cache_dir)
     cpu = time.process_time() - cpu0
     return results, stats, cpu, inside[0], io
 
@@ -45,6 +47,8 @@ def main(argv=None):
     ap.add_argument("--filter", default=r"^gdr\(")
     ap.add_argument("--framework", choices=["numpy", "torch"], default="numpy")
     ap.add_argument("--no-probes", action="store_true")
+    ap.add_argument("--warm", action="store_true",
+                    help="read the inputs, expectations and tolerances from a filled cache")
     ap.add_argument("--kernel", default=None,
                     help="MODULE:FUNCTION of the callable (default: the tests' NumPy recurrence)")
     args = ap.parse_args(argv)
@@ -58,20 +62,31 @@ def main(argv=None):
         from .examples import recurrent_gdr as fn
     ids = select(args.suite, args.filter)
     probes = not args.no_probes
-    results, s, cpu, cpu_callable, io = measure(fn, ids, args.framework, probes)
-    bad = [r for r in results if r.verdict not in ("pass", "unsupported")]
-    ran = [r for r in results if r.verdict != "unsupported"]
-    n = max(1, len(ran))
-    cpu0 = time.process_time()
-    builtin = _dc.run_builtin([r.case_id for r in ran], "cpu", probes)
-    builtin_cpu = time.process_time() - cpu0
+    cache_dir = ""
+    if args.warm:
+        import tempfile
+        cache_dir = tempfile.mkdtemp(prefix="deltacheck-bench-")
+        measure(fn, ids, args.framework, probes, cache_dir)  # fills it (untimed)
+    try:
+        results, s, cpu, cpu_callable, io = measure(fn, ids, args.framework, probes, cache_dir)
+        bad = [r for r in results if r.verdict not in ("pass", "unsupported")]
+        ran = [r for r in results if r.verdict != "unsupported"]
+        n = max(1, len(ran))
+        cpu0 = time.process_time()
+        builtin = _dc.run_builtin([r.case_id for r in ran], "cpu", probes, cache_dir)
+        builtin_cpu = time.process_time() - cpu0
+    finally:
+        if cache_dir:
+            import shutil
+            shutil.rmtree(cache_dir, ignore_errors=True)
     route = (s.seconds_calls - s.seconds_callable) / max(1, s.calls)
     harness = (s.seconds - s.seconds_calls) / n
     harness_cpu_backend = (builtin.seconds - builtin.seconds_calls) / n
     overhead = (s.seconds - s.seconds_callable) / n
     load = os.getloadavg()[0]
     print(f"deltacheck.bench: {len(ran)} {args.suite} cases ({args.filter}), {s.calls} calls, "
-          f"{io.name} callable, probes {'on' if probes else 'off'}; load {load:.1f} on "
+          f"{io.name} callable, probes {'on' if probes else 'off'}, "
+          f"{'warm cache' if args.warm else 'no cache'}; load {load:.1f} on "
           f"{os.cpu_count()} cores")
     print(f"  callable       {1e3 * s.seconds_callable / n:8.2f} ms/case")
     print(f"  route          {1e3 * route:8.3f} ms/call  ({s.calls / n:.1f} calls/case)")
