@@ -24,7 +24,8 @@ Status check_grad(const Case& c) {
     return invalid("cp=" + c.get("cp") + " cuts one packed row: needs a packed or single " +
                    "layout, got " + c.get("layout"));
   if (c.get_int("tail") > 0) return invalid("cp and tail cannot be combined");
-  return cp_split(decode(c)).status();  // the cut must fall inside a sequence
+  if (Status st = parse_cuts(c.get("cp")).status(); !st.ok()) return st;
+  return cp_split(decode(c)).status();  // each cut must fall inside a sequence
 }
 
 OpSchema grad_schema() {
@@ -32,9 +33,15 @@ OpSchema grad_schema() {
       grad::schema_params(gdr::definition().schema,
                           {choice("dht", "none", {"none", "rand"},
                                   "gradient of the final state: none (zero) | rand (0.5 N(0,1))")});
-  ParamSpec cp = integer("cp", "0", 0, int64_t{1} << 40,
-                         "context parallelism: the row cut at this token into two calls, state "
-                         "passed forward and dh0 back (0: one call)");
+  ParamSpec cp{"cp",
+               ParamSpec::Kind::kText,
+               "0",
+               {},
+               0,
+               0,
+               "context parallelism: the row cut at token S (cp=S: two ranks) or at S1+S2+... "
+               "(ascending: one rank more per cut) into one call per rank, state passed forward "
+               "and dh0 back (0: one call)"};
   cp.absent_by_default = true;
   params.insert(params.end() - 1, std::move(cp));  // after tail, before the seed
   return OpSchema{"gdr_grad",
@@ -125,6 +132,23 @@ void add_context_parallel(SuiteBuilder& b, int tier, const SuiteParams& base) {
          {"dtype", dt}});
 }
 
+// More ranks (cp=S1+S2+...): one sequence over three ranks (the middle one holds only a middle
+// piece: it starts from a passed state and hands its dh0 back), a cut in each of two sequences,
+// and six ranks with two cuts in one sequence. Seeds of their own (250 on).
+void add_context_parallel_ranks(SuiteBuilder& b, int tier, const SuiteParams& base) {
+  if (tier < 1) return;
+  int seed = 250;
+  auto add = [&](const SuiteParams& over) {
+    b.add("gdr_grad", merge(merge(base, {{"seed", std::to_string(seed++)}}), over));
+  };
+  add({{"layout", "single[200]"}, {"cp", "50+120"}, {"gate", "weak"}});
+  add({{"layout", "packed[63,0,65]"}, {"cp", "30+100"}, {"gate", "zero"}, {"dtype", "bf16"}});
+  if (tier < 2) return;
+  add({{"layout", "packed[1*30,64,127,129,0,257]"},
+       {"cp", "60+150+300+400+500"},
+       {"gate", "weak"}});
+}
+
 void grad_suite(SuiteBuilder& b, Tier t) {
   const int tier = static_cast<int>(t);
   const SuiteParams base{{"H", "2"},         {"HV", "4"},       {"K", "32"},    {"V", "32"},
@@ -157,6 +181,7 @@ void grad_suite(SuiteBuilder& b, Tier t) {
     add({{"layout", "packed[0,40]"}, {"state", "mixed"}});
   }
   add_context_parallel(b, tier, base);
+  add_context_parallel_ranks(b, tier, base);
   if (tier < 1) return;
   // Gate, beta and key regimes on the chunk-edge pack: strong decay is where dg by a
   // cancellation form goes wrong.
@@ -197,7 +222,7 @@ Params decode(const Case& c) {
   p.rule = gdr::decode(forward_case(c));
   p.dht = c.get("dht") == "rand";
   p.tail = c.get_int("tail");
-  p.cp = c.has("cp") ? c.get_int("cp") : 0;
+  if (c.has("cp")) p.cp = checked(parse_cuts(c.get("cp")));
   p.rule.T += p.tail;
   return p;
 }

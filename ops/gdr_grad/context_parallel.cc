@@ -15,12 +15,18 @@ namespace {
 using cases::Tensor;
 using cases::TensorMap;
 
-// Rank r's case and inputs: its pieces, with a dht for every sequence on rank 0 (the cut one's
-// is passed back) and an initial state for every sequence on rank 1 (the cut one's is the state
-// at the cut); the tensors passed between the ranks are filled in by run_context_parallel.
-Repacked rank(const cases::Case& c, const Params& p, const CpSplit& s, int r, const TensorMap& in) {
-  if (r == 0) return repack(c, in, s.rank0, {{"cp", "0"}, {"dht", "rand"}});
-  return repack(c, in, s.rank1, {{"cp", "0"}, {"state", p.dh0() ? c.get("state") : "rand"}});
+// Rank r's case and inputs: its pieces, with a dht for every sequence when its last piece
+// continues on the next rank (passed back) and an initial state for every sequence when its first
+// piece continues one from the previous rank (the state at the cut); the tensors passed between
+// the ranks are filled in by run_context_parallel.
+Repacked rank(const cases::Case& c, const Params& p, const std::vector<Piece>& pieces,
+              const TensorMap& in) {
+  const cases::Layout& L = p.rule.layout;
+  std::vector<std::pair<std::string, std::string>> over{{"cp", "0"}};
+  if (pieces.back().offset + pieces.back().length < L.lengths[pieces.back().seq])
+    over.emplace_back("dht", "rand");
+  if (pieces.front().offset > 0) over.emplace_back("state", p.dh0() ? c.get("state") : "rand");
+  return repack(c, in, pieces, over);
 }
 
 // The [rows, HV, K, V] fp32 tensor `name` of `m`, added as zeros where the case has none (no
@@ -32,36 +38,89 @@ Tensor& state_rows(TensorMap& m, const std::string& name, int64_t rows, const gd
   return t;
 }
 
+// The rank holding token `token` of sequence `seq` (token < 0: its first token), and the piece.
+std::pair<int, const Piece*> holder(const CpSplit& s, int64_t seq, int64_t token) {
+  const int64_t at = std::max<int64_t>(token, 0);
+  for (size_t r = 0; r < s.ranks.size(); ++r)
+    for (const Piece& x : s.ranks[r])
+      if (x.seq == seq && (x.offset == at || (x.offset <= at && at < x.offset + x.length)))
+        return {static_cast<int>(r), &x};
+  return {-1, nullptr};
+}
+
+// A cp value as written in a case id: "S1+S2+...".
+std::string cuts_text(const std::vector<int64_t>& cuts) {
+  std::string out;
+  for (int64_t x : cuts) out += (out.empty() ? "" : "+") + std::to_string(x);
+  return out;
+}
+
 }  // namespace
+
+StatusOr<std::vector<int64_t>> parse_cuts(const std::string& cp) {
+  std::vector<int64_t> cuts;
+  if (cp == "0") return cuts;
+  size_t begin = 0;
+  while (true) {
+    const size_t end = std::min(cp.find('+', begin), cp.size());
+    const std::string part = cp.substr(begin, end - begin);
+    const bool digits = !part.empty() && part.size() <= 13 &&
+                        part.find_first_not_of("0123456789") == std::string::npos && part[0] != '0';
+    if (!digits)
+      return Status::InvalidArgument(fmt::format(
+          "cp={}: '{}' is not a token position (cp=0, cp=S or cp=S1+S2+..., S > 0)", cp, part));
+    const int64_t v = std::stoll(part);
+    if (!cuts.empty() && v <= cuts.back())
+      return Status::InvalidArgument(
+          fmt::format("cp={}: the cuts must ascend ({} after {})", cp, v, cuts.back()));
+    cuts.push_back(v);
+    if (end == cp.size()) return cuts;
+    begin = end + 1;
+  }
+}
 
 StatusOr<CpSplit> cp_split(const Params& p) {
   const cases::Layout& L = p.rule.layout;
   CpSplit s;
-  s.seq = -1;
+  s.cuts = p.cp;
+  s.ranks.resize(p.cp.size() + 1);
+  std::vector<bool> inside(p.cp.size(), false);
   int64_t begin = 0;
   for (int64_t i = 0; i < L.num_seqs(); ++i) {
     const int64_t len = L.lengths[i], end = begin + len;
-    if (begin < p.cp && p.cp < end) {
-      s.seq = i;
-      s.at = p.cp - begin;
-      s.rank0.push_back({i, 0, s.at});
-      s.rank1.push_back({i, s.at, len - s.at});
-    } else {
-      (begin < p.cp ? s.rank0 : s.rank1).push_back({i, 0, len});
+    // The rank of the sequence's first token (of its place, when empty): cuts at or before it.
+    size_t r = 0;
+    while (r < p.cp.size() && p.cp[r] <= begin) ++r;
+    int64_t from = 0;
+    for (; r < p.cp.size() && p.cp[r] < end; ++r) {  // each cut inside the sequence
+      inside[r] = true;
+      s.ranks[r].push_back({i, from, p.cp[r] - begin - from});
+      from = p.cp[r] - begin;
     }
+    s.ranks[r].push_back({i, from, len - from});
     begin = end;
   }
-  if (s.seq < 0)
+  for (size_t r = 0; r < p.cp.size(); ++r) {
+    if (inside[r]) continue;
+    if (p.cp.size() == 1)
+      return Status::InvalidArgument(fmt::format(
+          "cp={} cuts no sequence of {}: the cut must fall inside one (token 1 .. length - 1 of "
+          "it)",
+          p.cp[r], L.str()));
     return Status::InvalidArgument(fmt::format(
-        "cp={} cuts no sequence of {}: the cut must fall inside one (token 1 .. length - 1 of it)",
-        p.cp, L.str()));
+        "cp={}: the cut at token {} cuts no sequence of {}: each cut must fall inside one (token "
+        "1 .. length - 1 of it)",
+        cuts_text(p.cp), p.cp[r], L.str()));
+  }
   return s;
 }
 
-std::pair<cases::Case, cases::Case> rank_cases(const cases::Case& c) {
+std::vector<cases::Case> rank_cases(const cases::Case& c) {
   const Params p = decode(c);
   const CpSplit s = checked(cp_split(p));
-  return {rank(c, p, s, 0, {}).c, rank(c, p, s, 1, {}).c};
+  std::vector<cases::Case> out;
+  for (const std::vector<Piece>& pieces : s.ranks) out.push_back(rank(c, p, pieces, {}).c);
+  return out;
 }
 
 StatusOr<Values> run_context_parallel(const cases::Case& c, const TensorMap& in,
@@ -71,51 +130,70 @@ StatusOr<Values> run_context_parallel(const cases::Case& c, const TensorMap& in,
   StatusOr<CpSplit> split = cp_split(p);
   if (!split.ok()) return split.status();
   const CpSplit& s = split.value();
-  const int64_t per = d.HV * d.K * d.V;
-  // The forward state at the cut: the FP64 oracle over the cut sequence's rank-0 tokens.
-  const Repacked head = repack(c, in, {{s.seq, 0, s.at}}, {{"cp", "0"}});
-  std::vector<std::vector<double>> buffers;
-  const reference::GatedDeltaRuleResult forward =
-      reference::gated_delta_rule(gdr::reference_args(decode(head.c).rule, head.tensors, buffers));
-  Repacked r1 = rank(c, p, s, 1, in);
-  Tensor& h0 = state_rows(r1.tensors, "initial_state", static_cast<int64_t>(s.rank1.size()), d);
-  for (int64_t i = 0; i < per; ++i) h0.set(i, forward.final_state[i]);  // rank 1's first row
-  StatusOr<Values> v1 = run(1, r1.c, r1.tensors);
-  if (!v1.ok()) return v1.status();
-  // Rank 1's dh0 of the cut sequence is the dht of rank 0's last.
-  Repacked r0 = rank(c, p, s, 0, in);
-  const int64_t last = static_cast<int64_t>(s.rank0.size()) - 1;
-  Tensor& dht = state_rows(r0.tensors, "dht", last + 1, d);
-  const std::vector<double>& passed = v1.value().at("dh0");
-  for (int64_t i = 0; i < per; ++i) dht.set(last * per + i, passed[i]);
-  StatusOr<Values> v0 = run(0, r0.c, r0.tensors);
-  if (!v0.ok()) return v0.status();
-  // The whole row: rank 0's tokens then rank 1's (B = 1, no tail); dh0 of the cut sequence and
-  // those before it from rank 0, of the later ones from rank 1.
+  const int64_t per = d.HV * d.K * d.V, R = static_cast<int64_t>(s.ranks.size());
+  std::vector<Values> got(static_cast<size_t>(R));
+  // From the last rank to the first; `passed`: the next rank's dh0 of its first piece.
+  const std::vector<double>* passed = nullptr;
+  for (int64_t r = R - 1; r >= 0; --r) {
+    const std::vector<Piece>& pieces = s.ranks[r];
+    Repacked rr = rank(c, p, pieces, in);
+    const int64_t rows = static_cast<int64_t>(pieces.size());
+    if (pieces.front().offset > 0) {
+      // The forward state at the cut: the FP64 oracle over the sequence's tokens before it.
+      const Piece& x = pieces.front();
+      const Repacked head = repack(c, in, {{x.seq, 0, x.offset}}, {{"cp", "0"}});
+      std::vector<std::vector<double>> buffers;
+      const reference::GatedDeltaRuleResult forward = reference::gated_delta_rule(
+          gdr::reference_args(decode(head.c).rule, head.tensors, buffers));
+      Tensor& h0 = state_rows(rr.tensors, "initial_state", rows, d);
+      for (int64_t i = 0; i < per; ++i) h0.set(i, forward.final_state[i]);  // its first row
+    }
+    if (passed) {  // the last piece continues on rank r + 1: its dht is that rank's dh0
+      Tensor& dht = state_rows(rr.tensors, "dht", rows, d);
+      for (int64_t i = 0; i < per; ++i) dht.set((rows - 1) * per + i, (*passed)[i]);
+    }
+    StatusOr<Values> v = run(static_cast<int>(r), rr.c, rr.tensors);
+    if (!v.ok()) return v.status();
+    got[r] = v.take();
+    passed = pieces.front().offset > 0 ? &got[r].at("dh0") : nullptr;
+  }
+  // The whole row: every rank's tokens in rank order (B = 1, no tail); each sequence's dh0 from
+  // the rank holding its first piece.
   Values out;
   for (const char* name : {"dq", "dk", "dv", "dg", "dbeta"}) {
-    std::vector<double>& v = out[name] = v0.value().at(name);
-    const std::vector<double>& b = v1.value().at(name);
-    v.insert(v.end(), b.begin(), b.end());
+    std::vector<double>& v = out[name];
+    for (const Values& g : got) v.insert(v.end(), g.at(name).begin(), g.at(name).end());
   }
   if (p.dh0()) {
-    std::vector<double>& v = out["dh0"] = v0.value().at("dh0");
-    v.insert(v.end(), passed.begin() + per, passed.end());
+    std::vector<double>& v = out["dh0"];
+    for (int64_t r = 0; r < R; ++r)
+      for (size_t i = 0; i < s.ranks[r].size(); ++i)
+        if (s.ranks[r][i].offset == 0) {
+          const std::vector<double>& h = got[r].at("dh0");
+          v.insert(v.end(), h.begin() + static_cast<int64_t>(i) * per,
+                   h.begin() + static_cast<int64_t>(i + 1) * per);
+        }
   }
   return out;
 }
 
 std::string explain_rank(const cases::Case& c, int64_t seq, int64_t token) {
   const Params p = decode(c);
-  if (p.cp == 0 || seq < 0) return "";
+  if (p.cp.empty() || seq < 0) return "";
   const CpSplit s = checked(cp_split(p));
-  const bool rank0 = seq < s.seq || (seq == s.seq && token < s.at);
+  const auto [r, piece] = holder(s, seq, token);
+  if (!piece) return "";
   const std::string what =
       token < 0 ? fmt::format("seq {}'s dh0", seq) : fmt::format("seq {} token {}", seq, token);
   return fmt::format(
-      "{} came from rank {}; the cut at token {} puts seq {}'s tokens [0, {}) on rank 0 and the "
-      "rest on rank 1, whose dh0 for it is rank 0's dht",
-      what, rank0 ? 0 : 1, p.cp, s.seq, s.at);
+      "{} came from rank {} of {}; the cuts at tokens {} put seq {}'s tokens [{}, {}) on rank "
+      "{}{}",
+      what, r, s.ranks.size(), cuts_text(s.cuts), seq, piece->offset, piece->offset + piece->length,
+      r,
+      piece->offset > 0 ? fmt::format(", started from the state at the cut, its dh0 handed back "
+                                      "as rank {}'s dht",
+                                      r - 1)
+                        : "");
 }
 
 }  // namespace deltacheck::ops::gdr_grad

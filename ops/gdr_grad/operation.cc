@@ -46,12 +46,12 @@ class GdrGradOperation : public grad::BackwardOperation {
     return o;
   }
 
-  // A cp case's baselines are split as the backend is: each runs both ranks in its own
-  // arithmetic from the same state at the cut and passes its own dh0 back.
+  // A cp case's baselines are split as the backend is: each runs every rank in its own
+  // arithmetic from the same states at the cuts and passes its own dh0 back.
   std::vector<Baseline> baselines(const cases::Case& c, const TensorMap& in,
                                   MatmulPrecision precision) const override {
     const Params p = decode(c);
-    if (p.cp == 0) return BackwardOperation::baselines(c, in, precision);
+    if (p.cp.empty()) return BackwardOperation::baselines(c, in, precision);
     std::vector<Baseline> out;
     for (const reference::Arithmetic& how : grad_baselines(p.rule.dtype, precision)) {
       StatusOr<Values> v = run_context_parallel(
@@ -85,12 +85,13 @@ class GdrGradOperation : public grad::BackwardOperation {
   // No split probe: splitting the backward needs the state gradient passed back from the second
   // call to the first, which is what cp cases do (their ranks' calls are not repacked further).
   bool repackable(const cases::Case& c) const override {
-    return BackwardOperation::repackable(c) && decode(c).cp == 0;
+    return BackwardOperation::repackable(c) && decode(c).cp.empty();
   }
-  // cp=S: two calls, rank 1 first (ops/gdr_grad/context_parallel.h).
+  // cp=S1+...: one call per rank, the last rank first (ops/gdr_grad/context_parallel.h).
   CallMode call_mode(const cases::Case& c) const override {
-    if (decode(c).cp == 0) return {};
-    return {CallMode::Kind::kDriven, 2};
+    const Params p = decode(c);
+    if (p.cp.empty()) return {};
+    return {CallMode::Kind::kDriven, static_cast<int>(p.cp.size()) + 1};
   }
 
   Status drive(const cases::Case& c, const TensorMap& in, TensorMap& outputs,
@@ -98,8 +99,9 @@ class GdrGradOperation : public grad::BackwardOperation {
     const CpSplit s = checked(cp_split(decode(c)));
     StatusOr<Values> v = run_context_parallel(
         c, in, [&](int rank, const cases::Case& rc, const TensorMap& t) -> StatusOr<Values> {
-          DrivenCall call{rank == 1 ? 0 : 1, rank_kind(rank), {}};
-          const std::vector<Piece>& pieces = rank == 1 ? s.rank1 : s.rank0;
+          const int last = static_cast<int>(s.ranks.size()) - 1;
+          DrivenCall call{last - rank, rank_kind(rank), {}};
+          const std::vector<Piece>& pieces = s.ranks[rank];
           for (size_t i = 0; i < pieces.size(); ++i)
             call.rows.push_back(
                 {pieces[i].seq, static_cast<int64_t>(i), pieces[i].offset, pieces[i].length});
@@ -119,8 +121,11 @@ class GdrGradOperation : public grad::BackwardOperation {
 
   std::vector<std::pair<std::string, cases::Case>> driven_calls(
       const cases::Case& c) const override {
-    auto [rank0, rank1] = rank_cases(c);
-    return {{rank_kind(1), rank1}, {rank_kind(0), rank0}};
+    const std::vector<cases::Case> ranks = rank_cases(c);
+    std::vector<std::pair<std::string, cases::Case>> calls;  // the last rank first
+    for (int r = static_cast<int>(ranks.size()) - 1; r >= 0; --r)
+      calls.emplace_back(rank_kind(r), ranks[r]);
+    return calls;
   }
 
   std::string explain_failure(const cases::Case& c, int64_t seq, int64_t token) const override {

@@ -3,10 +3,11 @@
 // optionally `dht` (the gradient of the final state), the gradients dq, dk, dv, dg, dbeta and,
 // when an initial state is given, dh0 (docs/gradients.md, "The harness"). `tail` padding tokens
 // after cu_seqlens[-1] belong to no sequence: their gradients must be exactly zero. `cp` cuts the
-// packed row into two context-parallel calls (ops/gdr_grad/context_parallel.h).
+// packed row into context-parallel calls, one per rank (ops/gdr_grad/context_parallel.h).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "cases/case.h"
 #include "cases/op.h"
@@ -20,9 +21,9 @@ struct Params {
   gdr::Params rule;
   bool dht = false;  // a gradient of the final state is given
   int64_t tail = 0;  // padding tokens after cu_seqlens[-1]
-  // Context parallelism: the row cut at this token into two calls, 0 for one call
-  // (ops/gdr_grad/context_parallel.h).
-  int64_t cp = 0;
+  // Context parallelism: the row cut at these tokens (ascending) into cp.size() + 1 calls, one
+  // per rank; empty for one call (cp=0; ops/gdr_grad/context_parallel.h).
+  std::vector<int64_t> cp;
   // dh0 is an output when the forward has an initial state.
   bool dh0() const { return rule.state != gdr::State::kNone; }
   int64_t tokens() const { return rule.layout.total_tokens(); }  // cu_seqlens[-1]

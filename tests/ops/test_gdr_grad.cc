@@ -297,20 +297,23 @@ TEST(GdrGradContextParallel, IdsSplitAndRankCases) {
   const Case c = Case::parse("gdr_grad(layout=packed[63,0,65],dht=none,cp=100,seed=3)");
   EXPECT_NE(c.id().find(",cp=100,"), std::string::npos) << c.id();
   EXPECT_EQ(Case::parse(c.id()).id(), c.id());
-  EXPECT_EQ(gdr_grad::decode(c).cp, 100);
-  EXPECT_EQ(gdr_grad::decode(plain).cp, 0);
+  EXPECT_EQ(gdr_grad::decode(c).cp, std::vector<int64_t>{100});
+  EXPECT_TRUE(gdr_grad::decode(plain).cp.empty());
   EXPECT_EQ(gdr_grad::forward_case(c).id(), gdr_grad::forward_case(plain).id());
   const TensorMap a = cases::generate_inputs(c, {}), b = cases::generate_inputs(plain, {});
   for (const Tensor& t : b.all())
     EXPECT_EQ(std::memcmp(t.data(), a.at(t.name()).data(), t.nbytes()), 0) << t.name();
   const gdr_grad::CpSplit s = gdr_grad::cp_split(gdr_grad::decode(c)).value();
-  EXPECT_EQ(s.seq, 2);
-  EXPECT_EQ(s.at, 37);
-  ASSERT_EQ(s.rank0.size(), 3u);  // seq 0, the empty seq 1, seq 2's first 37 tokens
-  ASSERT_EQ(s.rank1.size(), 1u);
-  EXPECT_EQ(s.rank1[0].offset, 37);
-  EXPECT_EQ(s.rank1[0].length, 28);
-  const auto [rank0, rank1] = gdr_grad::rank_cases(c);
+  ASSERT_EQ(s.ranks.size(), 2u);
+  ASSERT_EQ(s.ranks[0].size(), 3u);  // seq 0, the empty seq 1, seq 2's first 37 tokens
+  EXPECT_EQ(s.ranks[0][2].seq, 2);
+  EXPECT_EQ(s.ranks[0][2].length, 37);
+  ASSERT_EQ(s.ranks[1].size(), 1u);
+  EXPECT_EQ(s.ranks[1][0].offset, 37);
+  EXPECT_EQ(s.ranks[1][0].length, 28);
+  const std::vector<Case> ranks = gdr_grad::rank_cases(c);
+  ASSERT_EQ(ranks.size(), 2u);
+  const Case &rank0 = ranks[0], &rank1 = ranks[1];
   EXPECT_EQ(rank0.get("layout"), "packed[63,0,37]");
   EXPECT_EQ(rank0.get("dht"), "rand");  // rank 1's dh0 comes in as dht
   EXPECT_EQ(rank1.get("layout"), "single[28]");
@@ -328,10 +331,10 @@ TEST(GdrGradContextParallel, IdsSplitAndRankCases) {
   EXPECT_NE(op.explain_failure(c, 2, 3).find("rank 0"), std::string::npos);
   EXPECT_NE(op.explain_failure(c, 2, -1).find("seq 2's dh0 came from rank 0"), std::string::npos);
   // A few cp cases in the fast suites.
-  for (const auto& [suite, lo, hi] : {std::tuple{"smoke", 1, 1}, std::tuple{"gate", 3, 6}}) {
+  for (const auto& [suite, lo, hi] : {std::tuple{"smoke", 1, 1}, std::tuple{"gate", 5, 8}}) {
     int n = 0;
     for (const Case& g : cases::suite(suite))
-      if (g.op() == "gdr_grad" && gdr_grad::decode(g).cp > 0) ++n;
+      if (g.op() == "gdr_grad" && !gdr_grad::decode(g).cp.empty()) ++n;
     EXPECT_GE(n, lo) << suite;
     EXPECT_LE(n, hi) << suite;
   }
@@ -345,6 +348,57 @@ TEST(GdrGradContextParallel, RejectsCutsThatSplitNothing) {
   EXPECT_THROW(Case::parse("gdr_grad(layout=packed[8,8],cp=3,tail=2)"), cases::CaseIdError);
   EXPECT_NO_THROW(Case::parse("gdr_grad(layout=single[8],cp=1)"));
   EXPECT_NO_THROW(Case::parse("gdr_grad(layout=packed[8,0,8],cp=15)"));
+  // More ranks: ascending cuts, each inside a sequence, written canonically.
+  EXPECT_NO_THROW(Case::parse("gdr_grad(layout=single[200],cp=50+120)"));
+  EXPECT_NO_THROW(Case::parse("gdr_grad(layout=packed[8,0,8],cp=3+5+12)"));
+  for (const char* bad :
+       {"cp=120+50", "cp=50+50", "cp=50+", "cp=+50", "cp=050", "cp=5x", "cp=50+200"})
+    EXPECT_THROW(Case::parse(std::string("gdr_grad(layout=single[200],") + bad + ")"),
+                 cases::CaseIdError)
+        << bad;
+  try {
+    Case::parse("gdr_grad(layout=packed[8,8],cp=3+8)");
+    ADD_FAILURE() << "a cut between two sequences";
+  } catch (const cases::CaseIdError& e) {
+    EXPECT_NE(std::string(e.what()).find("the cut at token 8 cuts no sequence"), std::string::npos)
+        << e.what();
+  }
+}
+
+// More ranks: one sequence over three (the middle rank holds a middle piece only: it starts from
+// the state at its cut and hands its dh0 back), and six ranks with two cuts in one sequence.
+TEST(GdrGradContextParallel, MoreRanksSplitAndCallFromTheLast) {
+  const Case c = Case::parse("gdr_grad(layout=single[200],dht=rand,cp=50+120,seed=3)");
+  const gdr_grad::CpSplit s = gdr_grad::cp_split(gdr_grad::decode(c)).value();
+  ASSERT_EQ(s.ranks.size(), 3u);
+  for (size_t r = 0; r < 3; ++r) ASSERT_EQ(s.ranks[r].size(), 1u);
+  EXPECT_EQ(s.ranks[1][0].offset, 50);
+  EXPECT_EQ(s.ranks[1][0].length, 70);
+  const std::vector<Case> ranks = gdr_grad::rank_cases(c);
+  ASSERT_EQ(ranks.size(), 3u);
+  EXPECT_EQ(ranks[1].get("layout"), "single[70]");
+  EXPECT_EQ(ranks[1].get("dht"), "rand");
+  const Operation& op = operation_for(c);
+  EXPECT_EQ(op.call_mode(c).count, 3);
+  const auto calls = op.driven_calls(c);
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[0].first, "rank 2");
+  EXPECT_EQ(calls[2].first, "rank 0");
+  const std::string why = op.explain_failure(c, 0, 60);
+  EXPECT_NE(why.find("seq 0 token 60 came from rank 1 of 3"), std::string::npos) << why;
+  EXPECT_NE(why.find("[50, 120)"), std::string::npos) << why;
+  const Case six =
+      Case::parse("gdr_grad(layout=packed[1*30,64,127,129,0,257],cp=60+150+300+400+500)");
+  const gdr_grad::CpSplit s6 = gdr_grad::cp_split(gdr_grad::decode(six)).value();
+  ASSERT_EQ(s6.ranks.size(), 6u);
+  ASSERT_EQ(s6.ranks[4].size(), 1u);  // the middle of the 257-token sequence only
+  EXPECT_EQ(s6.ranks[4][0].seq, 34);  // after 30 one-token sequences, 64, 127, 129 and 0
+  EXPECT_EQ(s6.ranks[4][0].offset, 50);
+  EXPECT_EQ(s6.ranks[4][0].length, 100);
+  int64_t tokens = 0;
+  for (const auto& pieces : s6.ranks)
+    for (const auto& x : pieces) tokens += x.length;
+  EXPECT_EQ(tokens, 607);
 }
 
 double rel_rms(const std::vector<double>& x, const std::vector<double>& ref) {
@@ -361,7 +415,9 @@ TEST(GdrGradContextParallel, TwoRanksOfTheOracleAreTheOracle) {
   for (const char* id :
        {"gdr_grad(layout=packed[63,0,65],K=16,V=16,gate=zero,dht=rand,cp=100)",
         "gdr_grad(layout=packed[63,0,65],K=16,V=16,state=none,dht=none,cp=60)",
-        "gdr_grad(layout=packed[0,1,2,15,16,0],K=8,V=8,gate=zero,state=mixed,cp=10)"}) {
+        "gdr_grad(layout=packed[0,1,2,15,16,0],K=8,V=8,gate=zero,state=mixed,cp=10)",
+        "gdr_grad(layout=single[200],K=16,V=16,gate=weak,dht=rand,cp=50+120)",
+        "gdr_grad(layout=packed[63,0,65],K=16,V=16,gate=zero,state=none,cp=30+70+100)"}) {
     const Case c = Case::parse(id);
     const TensorMap in = cases::generate_inputs(c, {});
     const Operation& op = operation_for(c);
@@ -378,6 +434,7 @@ TEST(GdrGradContextParallel, TwoRanksOfTheOracleAreTheOracle) {
           };
     };
     const Values split = gdr_grad::run_context_parallel(c, in, oracle()).take();
+    SCOPED_TRACE(id);
     ASSERT_EQ(split.size(), whole.size()) << id;
     for (const auto& [name, ref] : whole) {
       ASSERT_EQ(split.at(name).size(), ref.size()) << id << " " << name;
