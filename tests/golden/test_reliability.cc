@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -58,15 +57,19 @@ TEST(FullDisk, GoldenGenerateFailsWithOneCleanLineAndLeavesNothing) {
 
 // --- 9: user regexes in linear time (RE2) --------------------------------------------------
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// The tool's exit code, killed after 30 s (124).
+// The tool's exit code, killed after a deadline: a bound on runaway work (a backtracking regex,
+// a quadratic loop), not a speed check (those are benchmarks). Sanitizer builds run several
+// times slower, so their deadline is longer; the runaway cases take minutes either way.
 int run_with_deadline(const std::string& args) {
-  const int status = std::system(("timeout -s KILL 30 " + std::string(DELTACHECK_BINARY_DIR) +
-                                  "/deltacheck " + args + " >/dev/null 2>&1")
-                                     .c_str());
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  const int seconds = 180;
+#else
+  const int seconds = 30;
+#endif
+  const int status =
+      std::system(("timeout -s KILL " + std::to_string(seconds) + " " +
+                   std::string(DELTACHECK_BINARY_DIR) + "/deltacheck " + args + " >/dev/null 2>&1")
+                      .c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
@@ -76,13 +79,9 @@ TEST(UserRegex, PatternsThatBacktrackOrRecurseFinishInLinearTime) {
   std::string id = "gdr(layout=packed[";
   for (int i = 0; i < 15000; ++i) id += i ? ",1,2" : "1,2";
   id += "],H=1,HV=1,K=1,V=1)";
-  auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(run_with_deadline("list cases --case " + quote(id) + " --filter '^(.|,)*$'"), 0);
-  EXPECT_LT(seconds_since(t0), 10.0);
   // ... and backtracked without bound here (minutes for the gate suite's ids).
-  t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(run_with_deadline("list cases --suite gate --filter '(.*)*(.*)*(.*)*Z'"), 0);
-  EXPECT_LT(seconds_since(t0), 10.0);
   // What RE2 cannot match in linear time is refused with one line.
   const auto r = run_cli("run --filter '(gdr)\\1'", dir);
   EXPECT_EQ(r.exit_code, 2);
@@ -94,12 +93,10 @@ TEST(UserRegex, PatternsThatBacktrackOrRecurseFinishInLinearTime) {
 // --- 7: time linear in the number of sequences ---------------------------------------------
 
 TEST(ManySequences, SixtyThousandSequencesWithProbesRunInSeconds) {
-  // Quadratic before (layouts rebuilt per sequence): about 60 s here; 1.5 s after (more under a
-  // sanitizer).
-  const auto t0 = std::chrono::steady_clock::now();
+  // Quadratic before (layouts rebuilt per sequence): about 60 s in a release build, past the
+  // deadline; 1.5 s after (10 to 25 s under ASan on a loaded 2-core machine, within its own).
   EXPECT_EQ(
       run_with_deadline("run -q --case 'gdr(layout=packed[1*60000],H=1,HV=1,K=4,V=4,seed=1)'"), 0);
-  EXPECT_LT(seconds_since(t0), 20.0);
 }
 
 // --- 6, 8, 10: datasets stored outside the file, oversized chunks and shapes, filters -------
