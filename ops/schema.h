@@ -62,6 +62,10 @@ inline ParamSpec integer(std::string key, std::string def, int64_t lo, int64_t h
                          std::string help) {
   return {std::move(key), ParamSpec::Kind::kInt, std::move(def), {}, lo, hi, std::move(help)};
 }
+// Free text the op's own check validates (no ( ) , = : they delimit case ids).
+inline ParamSpec text(std::string key, std::string def, std::string help) {
+  return {std::move(key), ParamSpec::Kind::kText, std::move(def), {}, 0, 0, std::move(help)};
+}
 inline ParamSpec seed_param() {
   return integer("seed", "0", 0, (int64_t{1} << 62), "generator seed");
 }

@@ -33,15 +33,10 @@ OpSchema grad_schema() {
       grad::schema_params(gdr::definition().schema,
                           {choice("dht", "none", {"none", "rand"},
                                   "gradient of the final state: none (zero) | rand (0.5 N(0,1))")});
-  ParamSpec cp{"cp",
-               ParamSpec::Kind::kText,
-               "0",
-               {},
-               0,
-               0,
-               "context parallelism: the row cut at token S (cp=S: two ranks) or at S1+S2+... "
-               "(ascending: one rank more per cut) into one call per rank, state passed forward "
-               "and dh0 back (0: one call)"};
+  ParamSpec cp = text("cp", "0",
+                      "context parallelism: the row cut at token S (cp=S: two ranks) or at "
+                      "S1+S2+... (ascending: one rank more per cut) into one call per rank, state "
+                      "passed forward and dh0 back (0: one call)");
   cp.absent_by_default = true;
   params.insert(params.end() - 1, std::move(cp));  // after tail, before the seed
   return OpSchema{"gdr_grad",

@@ -102,15 +102,13 @@ StatusOr<CpSplit> cp_split(const Params& p) {
   }
   for (size_t r = 0; r < p.cp.size(); ++r) {
     if (inside[r]) continue;
-    if (p.cp.size() == 1)
-      return Status::InvalidArgument(fmt::format(
-          "cp={} cuts no sequence of {}: the cut must fall inside one (token 1 .. length - 1 of "
-          "it)",
-          p.cp[r], L.str()));
+    const bool one = p.cp.size() == 1;
+    const std::string which =
+        one ? "" : fmt::format(": the cut at token {}", p.cp[r]);  // of several
     return Status::InvalidArgument(fmt::format(
-        "cp={}: the cut at token {} cuts no sequence of {}: each cut must fall inside one (token "
-        "1 .. length - 1 of it)",
-        cuts_text(p.cp), p.cp[r], L.str()));
+        "cp={}{} cuts no sequence of {}: {} cut must fall inside one (token 1 .. length - 1 of "
+        "it)",
+        cuts_text(p.cp), which, L.str(), one ? "the" : "each"));
   }
   return s;
 }

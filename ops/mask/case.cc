@@ -115,14 +115,9 @@ Status check_layers(const Case& c) {
 
 OpSchema layers_schema() {
   std::vector<ParamSpec> p;
-  p.push_back({"pattern",
-               ParamSpec::Kind::kText,
-               "qwen35",
-               {},
-               0,
-               0,
-               "layer_types: qwen35 | hybrid3 | all-linear | all-full | a+b+... of linear, "
-               "full, sliding, chunked"});
+  p.push_back(text("pattern", "qwen35",
+                   "layer_types: qwen35 | hybrid3 | all-linear | all-full | a+b+... of linear, "
+                   "full, sliding, chunked"));
   for (ParamSpec& s : shape_params("16")) p.push_back(std::move(s));
   p.push_back(integer("window", "16", 0, kMaxTokens, "sliding_window of sliding layers"));
   p.push_back(integer("chunk", "16", 0, kMaxTokens, "chunk size of chunked layers"));
