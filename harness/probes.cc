@@ -71,12 +71,11 @@ struct Comparison {
   }
 };
 
-// The flat element range of sequence `seq` of a token-major or sequence-major tensor.
-std::pair<int64_t, int64_t> sequence_range(const cases::Tensor& t, TensorMajor m,
-                                           const cases::Case& c, int64_t seq) {
-  const Layout& L = c.layout();
+// The flat element range of sequence `seq` of a token-major or sequence-major tensor of a case
+// with layout L and `total` token rows (ops::token_rows: a padding tail included).
+std::pair<int64_t, int64_t> sequence_range(const cases::Tensor& t, TensorMajor m, const Layout& L,
+                                           int64_t total, int64_t seq) {
   if (m == TensorMajor::kToken) {
-    const int64_t total = token_rows(c);
     const int64_t per = total > 0 ? t.numel() / total : 0;
     const int64_t first = token_row(L, seq, 0);
     return {first * per, (first + L.lengths[seq]) * per};
@@ -91,14 +90,15 @@ std::pair<int64_t, int64_t> sequence_range(const cases::Tensor& t, TensorMajor m
 std::string compare_sequence(const Operation& op, const Comparison& cmp, int64_t seq,
                              const cases::Case& ca, const TensorMap& a, int64_t seq_a,
                              const cases::Case& cb, const TensorMap& b, int64_t seq_b) {
-  const Layout& la = ca.layout();
+  const Layout &la = ca.layout(), &lb = cb.layout();
+  const int64_t rows_a = token_rows(ca), rows_b = token_rows(cb);
   for (const cases::Tensor& ta : a.all()) {
     const cases::Tensor* tb = b.find(ta.name());
     if (!tb) return fmt::format("output '{}' missing", ta.name());
     const TensorMajor m = op.major(ta.name());
     if (m == TensorMajor::kNone) continue;
-    const auto [a0, a1] = sequence_range(ta, m, ca, seq_a);
-    const auto [b0, b1] = sequence_range(*tb, m, cb, seq_b);
+    const auto [a0, a1] = sequence_range(ta, m, la, rows_a, seq_a);
+    const auto [b0, b1] = sequence_range(*tb, m, lb, rows_b, seq_b);
     if (a1 - a0 != b1 - b0) return fmt::format("seq {} has another size in '{}'", seq, ta.name());
     const int64_t n = a1 - a0;
     const size_t es = static_cast<size_t>(cases::dtype_size(ta.dtype()));
@@ -191,6 +191,8 @@ std::optional<TensorMap> mix_sequences(const Operation& op, const cases::Case& c
                                        const TensorMap& base, const TensorMap& salted,
                                        const std::vector<bool>& regenerated) {
   if (base.all().size() != salted.all().size()) return std::nullopt;
+  const Layout& L = c.layout();
+  const int64_t rows = token_rows(c);
   TensorMap out;
   for (const cases::Tensor& t : base.all()) {
     const cases::Tensor* from = salted.find(t.name());
@@ -203,9 +205,9 @@ std::optional<TensorMap> mix_sequences(const Operation& op, const cases::Case& c
     }
     cases::Tensor& mixed = out.add(t);
     const size_t es = static_cast<size_t>(cases::dtype_size(t.dtype()));
-    for (int64_t s = 0; s < c.layout().num_seqs(); ++s) {
+    for (int64_t s = 0; s < L.num_seqs(); ++s) {
       if (!regenerated[s]) continue;
-      const auto [b, e] = sequence_range(t, m, c, s);
+      const auto [b, e] = sequence_range(t, m, L, rows, s);
       std::memcpy(static_cast<uint8_t*>(mixed.data()) + b * es,
                   static_cast<const uint8_t*>(from->data()) + b * es, (e - b) * es);
     }

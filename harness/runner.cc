@@ -673,16 +673,16 @@ PreparedCase prepare_pieces(const PreparedCase& pc, const std::vector<Piece>& pi
   PreparedCase out{rp.c, std::move(rp.tensors), {}, {}, op.outputs(rp.c)};
   // Expectations of the pieces, cut from the whole case's (pieces start at offset 0 here or the
   // slices would not be the expectation of a fresh sequence).
+  const int64_t rows = token_rows(pc.c);
   auto cut = [&](const Values& v) {
     Values o;
     for (const auto& [name, values] : v) {
       if (op.major(name) == TensorMajor::kNone) continue;  // belongs to no sequence: below
       std::vector<double>& dst = o[name];
       for (const Piece& p : pieces) {
-        const auto part =
-            op.major(name) == TensorMajor::kSequence
-                ? row_values(values, L.num_seqs(), p.seq, 1)
-                : row_values(values, token_rows(pc.c), token_row(L, p.seq, p.offset), p.length);
+        const auto part = op.major(name) == TensorMajor::kSequence
+                              ? row_values(values, L.num_seqs(), p.seq, 1)
+                              : row_values(values, rows, token_row(L, p.seq, p.offset), p.length);
         dst.insert(dst.end(), part.begin(), part.end());
       }
     }
