@@ -5,6 +5,7 @@
 
 #include "cases/id_filter.h"
 #include "cases/selection.h"
+#include "core/half.h"
 
 namespace deltacheck {
 
@@ -23,6 +24,26 @@ std::string short_id(const Case& c) {
     first = false;
   }
   return out + ")";
+}
+
+namespace {
+
+void check_storage_type(const char* what, DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16)
+    throw std::invalid_argument(std::string(what) + ": " + dtype_name(dtype) +
+                                " is not a storage type (fp32, bf16, fp16)");
+}
+
+}  // namespace
+
+void store_floats(const float* src, int64_t n, DType dtype, void* dst) {
+  check_storage_type("store_floats", dtype);
+  for (int64_t i = 0; i < n; ++i) store_from_float(dst, dtype, i, src[i]);
+}
+
+void load_floats(const void* src, int64_t n, DType dtype, float* dst) {
+  check_storage_type("load_floats", dtype);
+  for (int64_t i = 0; i < n; ++i) dst[i] = load_as_float(src, dtype, i);
 }
 
 const std::vector<OpSchema>& list_ops() { return cases::op_schemas(); }

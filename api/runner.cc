@@ -13,6 +13,7 @@ harness::RunOptions harness_options(const RunOptions& o) {
   h.max_memory_bytes = o.max_memory_bytes;
   h.on_failure = o.on_failure;
   h.cache = harness::open_expectation_cache(o.cache_dir);
+  h.prepare_ahead = o.prepare_ahead;
   return h;
 }
 

@@ -7,8 +7,11 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <future>
+#include <memory>
 #include <optional>
 #include <stdexcept>
+#include <system_error>
 
 #include "cases/generate.h"
 #include "harness/call_plan.h"
@@ -26,9 +29,8 @@ struct Run {
   bool declined = false;  // the backend said it cannot run this variation (error: its reason)
 };
 
-Run run_once(Backend& b, const cases::Case& c, const TensorMap& inputs,
-             const std::vector<OutputSpec>& specs) {
-  Run r{allocate_outputs(specs), ""};
+Run run_once(Backend& b, const cases::Case& c, const TensorMap& inputs, TensorMap outputs) {
+  Run r{std::move(outputs), ""};
   if (const Support s = backend_supports(b, c); !s.ok) {
     r.error = s.reason;
     r.declined = true;
@@ -45,6 +47,82 @@ Run run_once(Backend& b, const cases::Case& c, const TensorMap& inputs,
   }
   return r;
 }
+
+Run run_once(Backend& b, const cases::Case& c, const TensorMap& inputs,
+             const std::vector<OutputSpec>& specs) {
+  return run_once(b, c, inputs, allocate_outputs(specs));
+}
+
+// A probe call ready to run: the case variation, its inputs and its outputs (allocated, poisoned).
+struct Setup {
+  cases::Case c;
+  TensorMap inputs;
+  TensorMap outputs;
+};
+
+Setup make_setup(cases::Case c, TensorMap inputs, const std::vector<OutputSpec>& specs) {
+  TensorMap outputs = allocate_outputs(specs);
+  return {std::move(c), std::move(inputs), std::move(outputs)};
+}
+
+Setup make_setup(Repacked rp) {
+  const std::vector<OutputSpec> specs = operation_for(rp.c).outputs(rp.c);
+  return make_setup(std::move(rp.c), std::move(rp.tensors), specs);
+}
+
+// The probes' calls whose inputs do not depend on an earlier call, in the order they are made.
+// With `ahead` (RunOptions::prepare_ahead) call k + 1's setup is built on another thread while
+// the backend runs call k: only the building moves, so the backend sees the same calls in the
+// same order, and a probe that stops early leaves the rest of its calls unbuilt (at most the
+// next one built for nothing). Builds run one at a time, in order.
+class Setups {
+ public:
+  explicit Setups(bool ahead) : ahead_(ahead) {}
+  Setups(const Setups&) = delete;
+  Setups& operator=(const Setups&) = delete;
+  ~Setups() {
+    if (pending_.valid()) pending_.wait();
+  }
+
+  // Builds the first call's setup ahead (the calls before it do not come from here).
+  void start() {
+    if (ahead_ && !builds_.empty() && !pending_.valid()) launch(0);
+  }
+
+  size_t add(std::function<Setup()> build) {
+    builds_.push_back(std::move(build));
+    return builds_.size() - 1;
+  }
+
+  // Call k's setup (the one built ahead, or built now); starts building call k + 1.
+  Setup take(size_t k) {
+    std::optional<Setup> s;
+    if (pending_.valid()) {
+      if (pending_index_ == k)
+        s = pending_.get();
+      else
+        pending_.wait();  // built for a call the probe did not make
+      pending_ = {};
+    }
+    if (!s) s = builds_.at(k)();
+    if (ahead_ && k + 1 < builds_.size()) launch(k + 1);
+    return std::move(*s);
+  }
+
+ private:
+  void launch(size_t k) {
+    try {
+      pending_ = std::async(std::launch::async, builds_[k]);
+      pending_index_ = k;
+    } catch (const std::system_error&) {  // no thread to be had: built when its turn comes
+    }
+  }
+
+  bool ahead_;
+  std::vector<std::function<Setup()>> builds_;
+  std::future<Setup> pending_;
+  size_t pending_index_ = 0;
+};
 
 ProbeReport report(const std::string& name, Verdict v, std::string detail = "") {
   return {name, v, std::move(detail)};
@@ -150,8 +228,10 @@ std::vector<int64_t> sample_sequences(int64_t n) {
 
 // The same case twice. Returns the report and whether the two runs were bit-identical.
 std::pair<ProbeReport, bool> probe_repeat(const PreparedCase& pc, Backend& b,
-                                          const TensorMap& outputs, const CaseResult& judged) {
-  const Run again = run_once(b, pc.c, pc.inputs, pc.outputs);
+                                          const TensorMap& outputs, const CaseResult& judged,
+                                          size_t call, Setups& setups) {
+  Setup su = setups.take(call);  // outputs only: the case's own inputs again
+  const Run again = run_once(b, pc.c, pc.inputs, std::move(su.outputs));
   if (!again.error.empty()) return {run_failed("repeat", again), false};
   const cases::Tensor* differs = nullptr;
   for (const cases::Tensor& t : outputs.all())
@@ -215,39 +295,60 @@ std::optional<TensorMap> mix_sequences(const Operation& op, const cases::Case& c
   return out;
 }
 
-ProbeReport probe_isolation(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
-                            const Comparison& cmp) {
+// The isolation probe's two calls: alternate sequences regenerated (the others must not move),
+// then the others. An empty sequence carries nothing between its neighbours unless states flow,
+// so alternation skips it then; with states its (regenerated) initial state is information too.
+struct Isolation {
+  std::vector<int> group;  // per sequence: the call (0, 1) whose inputs keep it; -1 neither
+  size_t first_call = 0;   // in Setups
+};
+
+Isolation plan_isolation(const PreparedCase& pc, Setups& setups) {
   const Operation& op = operation_for(pc.c);
   const Layout& L = pc.c.layout();
   const int64_t n = L.num_seqs();
-  // Two runs: alternate sequences regenerated (the others must not move), then the others. An
-  // empty sequence carries nothing between its neighbours unless states flow, so alternation
-  // skips it then; with states its (regenerated) initial state is information too.
   const bool states = !op.carried_states(pc.c).empty();
-  std::vector<int> group(static_cast<size_t>(n), -1);
+  Isolation iso;
+  iso.group.assign(static_cast<size_t>(n), -1);
   for (int64_t s = 0, k = 0; s < n; ++s)
-    if (states || L.lengths[s] > 0) group[s] = static_cast<int>(k++ % 2);
-  auto salts = [&](int parity) {
+    if (states || L.lengths[s] > 0) iso.group[s] = static_cast<int>(k++ % 2);
+  auto salts = [group = iso.group](int parity) {
     cases::GenOptions g;
-    for (int64_t s = 0; s < n; ++s)
+    for (int64_t s = 0; s < static_cast<int64_t>(group.size()); ++s)
       if (group[s] != parity) g.sequence_salt[s] = 0x5eed + static_cast<uint64_t>(s);
     return g;
   };
-  auto generate = [&](const cases::GenOptions& g) {
+  auto generate = [&pc](const cases::GenOptions& g) {
     auto compute = [&] { return cases::generate_inputs(pc.c, g); };
     return pc.cache ? pc.cache->inputs(pc.c, g, compute) : compute();
   };
-  // Every sequence regenerated once; each parity's inputs are cut from these and the case's own.
-  const TensorMap all_salted = generate(salts(-2));
+  // Every sequence regenerated once (by the first build; builds run in order); each parity's
+  // inputs are cut from these and the case's own.
+  auto all_salted = std::make_shared<std::optional<TensorMap>>();
   for (int parity = 0; parity < 2; ++parity) {
-    std::vector<bool> regenerated(static_cast<size_t>(n));
-    for (int64_t s = 0; s < n; ++s) regenerated[s] = group[s] != parity;
-    std::optional<TensorMap> mixed = mix_sequences(op, pc.c, pc.inputs, all_salted, regenerated);
-    const TensorMap inputs = mixed ? std::move(*mixed) : generate(salts(parity));
-    const Run r = run_once(b, pc.c, inputs, pc.outputs);
+    const size_t k = setups.add([&pc, &op, parity, salts, generate, all_salted, group = iso.group] {
+      if (!*all_salted) *all_salted = generate(salts(-2));
+      std::vector<bool> regenerated(group.size());
+      for (size_t s = 0; s < group.size(); ++s) regenerated[s] = group[s] != parity;
+      std::optional<TensorMap> mixed =
+          mix_sequences(op, pc.c, pc.inputs, **all_salted, regenerated);
+      return make_setup(pc.c, mixed ? std::move(*mixed) : generate(salts(parity)), pc.outputs);
+    });
+    if (parity == 0) iso.first_call = k;
+  }
+  return iso;
+}
+
+ProbeReport probe_isolation(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
+                            const Comparison& cmp, const Isolation& iso, Setups& setups) {
+  const Operation& op = operation_for(pc.c);
+  const int64_t n = pc.c.layout().num_seqs();
+  for (int parity = 0; parity < 2; ++parity) {
+    Setup su = setups.take(iso.first_call + static_cast<size_t>(parity));
+    const Run r = run_once(b, su.c, su.inputs, std::move(su.outputs));
     if (!r.error.empty()) return run_failed("isolation", r);
     for (int64_t s = 0; s < n; ++s) {
-      if (group[s] != parity) continue;
+      if (iso.group[s] != parity) continue;
       const std::string d = compare_sequence(op, cmp, s, pc.c, outputs, s, pc.c, r.outputs, s);
       if (!d.empty())
         return report("isolation", Verdict::kLeak, d + " when only its neighbours' inputs changed");
@@ -256,33 +357,54 @@ ProbeReport probe_isolation(const PreparedCase& pc, Backend& b, const TensorMap&
   return report("isolation", Verdict::kPass);
 }
 
-ProbeReport probe_alone(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
-                        const Comparison& cmp) {
-  const Operation& op = operation_for(pc.c);
+// The alone probe's calls: each sampled sequence by itself. Returns the first's index in Setups.
+size_t plan_alone(const PreparedCase& pc, Setups& setups) {
   const Layout& L = pc.c.layout();
+  size_t first = 0;
+  bool any = false;
   for (int64_t s : sample_sequences(L.num_seqs())) {
-    const Repacked rp = repack(pc.c, pc.inputs, {{s, 0, L.lengths[s]}});
-    const Run r = run_once(b, rp.c, rp.tensors, op.outputs(rp.c));
+    const size_t k = setups.add([&pc, s] {
+      return make_setup(repack(pc.c, pc.inputs, {{s, 0, pc.c.layout().lengths[s]}}));
+    });
+    if (!any) first = k, any = true;
+  }
+  return first;
+}
+
+ProbeReport probe_alone(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
+                        const Comparison& cmp, size_t first_call, Setups& setups) {
+  const Operation& op = operation_for(pc.c);
+  size_t k = first_call;
+  for (int64_t s : sample_sequences(pc.c.layout().num_seqs())) {
+    Setup su = setups.take(k++);
+    const Run r = run_once(b, su.c, su.inputs, std::move(su.outputs));
     if (!r.error.empty()) return run_failed("alone", r);
-    const std::string d = compare_sequence(op, cmp, s, pc.c, outputs, s, rp.c, r.outputs, 0);
+    const std::string d = compare_sequence(op, cmp, s, pc.c, outputs, s, su.c, r.outputs, 0);
     if (!d.empty()) return report("alone", Verdict::kLeak, d + " between the pack and alone");
   }
   return report("alone", Verdict::kPass);
 }
 
+// The order probe's call: the pack reversed. Returns its index in Setups.
+size_t plan_order(const PreparedCase& pc, Setups& setups) {
+  return setups.add([&pc] {
+    const Layout& L = pc.c.layout();
+    std::vector<Piece> reversed;
+    for (int64_t s = L.num_seqs() - 1; s >= 0; --s) reversed.push_back({s, 0, L.lengths[s]});
+    return make_setup(repack(pc.c, pc.inputs, reversed));
+  });
+}
+
 ProbeReport probe_order(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
-                        const Comparison& cmp) {
+                        const Comparison& cmp, size_t call, Setups& setups) {
   const Operation& op = operation_for(pc.c);
-  const Layout& L = pc.c.layout();
-  const int64_t n = L.num_seqs();
-  std::vector<Piece> reversed;
-  for (int64_t s = n - 1; s >= 0; --s) reversed.push_back({s, 0, L.lengths[s]});
-  const Repacked rp = repack(pc.c, pc.inputs, reversed);
-  const Run r = run_once(b, rp.c, rp.tensors, op.outputs(rp.c));
+  const int64_t n = pc.c.layout().num_seqs();
+  Setup su = setups.take(call);
+  const Run r = run_once(b, su.c, su.inputs, std::move(su.outputs));
   if (!r.error.empty()) return run_failed("order", r);
   for (int64_t s = 0; s < n; ++s) {
     const std::string d =
-        compare_sequence(op, cmp, s, pc.c, outputs, s, rp.c, r.outputs, n - 1 - s);
+        compare_sequence(op, cmp, s, pc.c, outputs, s, su.c, r.outputs, n - 1 - s);
     if (!d.empty()) return report("order", Verdict::kLeak, d + " when the pack is reversed");
   }
   return report("order", Verdict::kPass);
@@ -334,11 +456,8 @@ Values reassemble(const Operation& op, const Layout& L, const std::vector<Piece>
   return out;
 }
 
-// Each sequence in two calls, cut mid-chunk; the second call starts from the first's states.
-ProbeReport probe_split(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
-                        const CaseResult& judged) {
-  const Operation& op = operation_for(pc.c);
-  const Layout& L = pc.c.layout();
+// The split probe's pieces: each sequence cut mid-chunk, its first part in the first call.
+std::pair<std::vector<Piece>, std::vector<Piece>> split_pieces(const Layout& L) {
   std::vector<Piece> first, second;
   for (int64_t s = 0; s < L.num_seqs(); ++s) {
     const int64_t len = L.lengths[s];
@@ -346,8 +465,25 @@ ProbeReport probe_split(const PreparedCase& pc, Backend& b, const TensorMap& out
     first.push_back({s, 0, cut});
     second.push_back({s, cut, len - cut});
   }
-  const Repacked r1 = repack(pc.c, pc.inputs, first);
-  const Run a = run_once(b, r1.c, r1.tensors, op.outputs(r1.c));
+  return {first, second};
+}
+
+// The split probe's first call (the second's inputs depend on it). Returns its index in Setups.
+size_t plan_split(const PreparedCase& pc, Setups& setups) {
+  return setups.add(
+      [&pc] { return make_setup(repack(pc.c, pc.inputs, split_pieces(pc.c.layout()).first)); });
+}
+
+// Each sequence in two calls, cut mid-chunk; the second call starts from the first's states.
+ProbeReport probe_split(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
+                        const CaseResult& judged, size_t first_call, Setups& setups) {
+  const Operation& op = operation_for(pc.c);
+  const Layout& L = pc.c.layout();
+  const std::pair<std::vector<Piece>, std::vector<Piece>> pieces = split_pieces(L);
+  const std::vector<Piece>& first = pieces.first;
+  const std::vector<Piece>& second = pieces.second;
+  Setup r1 = setups.take(first_call);
+  const Run a = run_once(b, r1.c, r1.inputs, std::move(r1.outputs));
   if (!a.error.empty()) return run_failed("split", a);
   Repacked r2 = repack(pc.c, pc.inputs, second);
   carry_states(op, pc.c, r2, [&](const std::string& out) { return a.outputs.at(out); });
@@ -385,7 +521,7 @@ ProbeReport probe_split(const PreparedCase& pc, Backend& b, const TensorMap& out
   split.precision = pc.precision;
   const std::vector<OutputSpec> specs1 = op.outputs(r1.c);
   auto tolerance = [&] {
-    const std::vector<Baseline> b1 = op.baselines(r1.c, r1.tensors, pc.precision);
+    const std::vector<Baseline> b1 = op.baselines(r1.c, r1.inputs, pc.precision);
     for (size_t i = 0; i < b1.size(); ++i) {
       Repacked r2b = repack(pc.c, pc.inputs, second);
       carry_states(op, pc.c, r2b, [&](const std::string& out) {
@@ -426,26 +562,61 @@ ProbeReport probe_split(const PreparedCase& pc, Backend& b, const TensorMap& out
 
 }  // namespace
 
-std::vector<ProbeReport> run_probes(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
-                                    const CaseResult& judged) {
-  std::vector<ProbeReport> out;
+// The probes' calls, planned from the case alone (which probes apply, their variations of it).
+struct ProbePlan::Impl {
+  explicit Impl(bool ahead) : setups(ahead) {}
+  bool repackable = false, packed = false, split = false;
+  Setups setups;
+  Isolation isolation;
+  size_t repeat = 0, alone = 0, order = 0, split_call = 0;
+};
+
+ProbePlan::ProbePlan(const PreparedCase& pc, bool ahead) : impl_(std::make_unique<Impl>(ahead)) {
+  Impl& p = *impl_;
   const Operation& op = operation_for(pc.c);
-  if (!op.repackable(pc.c)) return out;
-  auto [repeat, identical] = probe_repeat(pc, b, outputs, judged);
-  out.push_back(std::move(repeat));
-  const Comparison cmp{identical && b.batch_invariant(pc.c), &judged};
+  p.repackable = op.repackable(pc.c);
+  if (!p.repackable) return;
   const Layout& L = pc.c.layout();
-  if (L.num_seqs() >= 2) {
-    out.push_back(probe_isolation(pc, b, outputs, cmp));
-    out.push_back(probe_alone(pc, b, outputs, cmp));
-    out.push_back(probe_order(pc, b, outputs, cmp));
-  }
+  p.packed = L.num_seqs() >= 2;
   int64_t longest = 0;
   for (int64_t l : L.lengths) longest = std::max(longest, l);
   // The split reassembles the sequences' tokens of two calls; a padding tail (which no op with
   // carried states has) would stay unwritten in it.
-  if (!op.carried_states(pc.c).empty() && longest >= 2 && op.tail_rows(pc.c) == 0)
-    out.push_back(probe_split(pc, b, outputs, judged));
+  p.split = !op.carried_states(pc.c).empty() && longest >= 2 && op.tail_rows(pc.c) == 0;
+  // Every call's setup but the split's second (it starts from the first's states), in the order
+  // the calls are made; the repeat's is only its outputs.
+  p.repeat = p.setups.add([&pc] { return make_setup(pc.c, {}, pc.outputs); });
+  if (p.packed) {
+    p.isolation = plan_isolation(pc, p.setups);
+    p.alone = plan_alone(pc, p.setups);
+    p.order = plan_order(pc, p.setups);
+  }
+  if (p.split) p.split_call = plan_split(pc, p.setups);
+  p.setups.start();  // the first is built while the case's own call runs
+}
+
+ProbePlan::~ProbePlan() = default;
+
+std::vector<ProbeReport> run_probes(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
+                                    const CaseResult& judged, bool ahead) {
+  ProbePlan plan(pc, ahead);
+  return run_probes(pc, b, outputs, judged, plan);
+}
+
+std::vector<ProbeReport> run_probes(const PreparedCase& pc, Backend& b, const TensorMap& outputs,
+                                    const CaseResult& judged, ProbePlan& plan) {
+  ProbePlan::Impl& p = *plan.impl_;
+  std::vector<ProbeReport> out;
+  if (!p.repackable) return out;
+  auto [repeat, identical] = probe_repeat(pc, b, outputs, judged, p.repeat, p.setups);
+  out.push_back(std::move(repeat));
+  const Comparison cmp{identical && b.batch_invariant(pc.c), &judged};
+  if (p.packed) {
+    out.push_back(probe_isolation(pc, b, outputs, cmp, p.isolation, p.setups));
+    out.push_back(probe_alone(pc, b, outputs, cmp, p.alone, p.setups));
+    out.push_back(probe_order(pc, b, outputs, cmp, p.order, p.setups));
+  }
+  if (p.split) out.push_back(probe_split(pc, b, outputs, judged, p.split_call, p.setups));
   return out;
 }
 

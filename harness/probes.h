@@ -22,6 +22,7 @@
 // initial state a training-path module cannot take) is a skipped probe with the backend's reason.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "harness/backend.h"
@@ -30,9 +31,32 @@
 
 namespace deltacheck::harness {
 
+// The probes' calls of a case, planned before the case's own call: which probes apply and the
+// variations of the case they run. With `ahead` (RunOptions::prepare_ahead) each call's inputs
+// and outputs are built on another thread while the call before it runs (the first while the
+// case's own call runs): the same calls in the same order, the same reports.
+class ProbePlan {
+ public:
+  ProbePlan(const PreparedCase& pc, bool ahead);
+  ~ProbePlan();
+  ProbePlan(const ProbePlan&) = delete;
+  ProbePlan& operator=(const ProbePlan&) = delete;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  friend std::vector<ProbeReport> run_probes(const PreparedCase&, Backend&, const cases::TensorMap&,
+                                             const CaseResult&, ProbePlan&);
+};
+
 // Runs the probes that apply to the case. `outputs` are the backend's outputs of the plain run and
 // `judged` their oracle comparison (its per-sequence thresholds are the probes' tolerance).
 std::vector<ProbeReport> run_probes(const PreparedCase& pc, Backend& backend,
-                                    const cases::TensorMap& outputs, const CaseResult& judged);
+                                    const cases::TensorMap& outputs, const CaseResult& judged,
+                                    ProbePlan& plan);
+// The same with a plan made now (no call of it built ahead unless `ahead`).
+std::vector<ProbeReport> run_probes(const PreparedCase& pc, Backend& backend,
+                                    const cases::TensorMap& outputs, const CaseResult& judged,
+                                    bool ahead = false);
 
 }  // namespace deltacheck::harness

@@ -8,9 +8,11 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 
 #include "cases/generate.h"
@@ -582,7 +584,7 @@ int64_t first_bad_sequence(const CaseResult& r) {
 }  // namespace
 
 CaseResult run_case(const PreparedCase& prepared, Backend& backend, bool probes,
-                    const FailureCallback& on_failure) {
+                    const FailureCallback& on_failure, bool prepare_ahead) {
   const auto t0 = std::chrono::steady_clock::now();
   const MatmulPrecision precision = backend.matmul_precision();
   // A backend that declares TF32 matmuls is judged against the TF32 baseline on fp32 cases.
@@ -595,6 +597,13 @@ CaseResult run_case(const PreparedCase& prepared, Backend& backend, bool probes,
   r.precision = matmul_precision_name(precision);
   const Support s = backend_supports(backend, pc.c);
   if (!s.ok) return with_verdict(std::move(r), Verdict::kUnsupported, s.reason);
+  // Planned before the call, so that with prepare_ahead the first probe call's setup is built
+  // while the backend runs this one.
+  std::optional<ProbePlan> plan;
+  try {
+    if (probes) plan.emplace(pc, prepare_ahead);
+  } catch (const std::exception&) {  // run_probes below meets it again and reports it
+  }
   cases::TensorMap outputs = allocate_outputs(pc.outputs);
   Status st;
   const auto tb = std::chrono::steady_clock::now();
@@ -635,7 +644,8 @@ CaseResult run_case(const PreparedCase& prepared, Backend& backend, bool probes,
   }
   if (probes && (r.verdict == Verdict::kPass || r.verdict == Verdict::kFail)) {
     try {
-      r.probes = run_probes(pc, backend, outputs, r);
+      r.probes =
+          plan ? run_probes(pc, backend, outputs, r, *plan) : run_probes(pc, backend, outputs, r);
     } catch (const std::exception& e) {
       r.probes.push_back({"probes", Verdict::kError, e.what()});
     }
@@ -774,65 +784,101 @@ std::vector<CaseResult> run_all(const std::vector<cases::Case>& cs,
   std::condition_variable cv;
   std::atomic<size_t> next{0};
 
+  // One result per backend for a case that is not run.
+  auto not_run_results = [&](size_t i, Verdict v, const std::function<std::string(Backend&)>& why) {
+    std::vector<CaseResult> rs;
+    for (Backend* b : backends) {
+      CaseResult r;
+      r.case_id = cs[i].id();
+      r.op = cs[i].op();
+      r.backend = b->name();
+      r.verdict = v;
+      r.message = why(*b);
+      rs.push_back(std::move(r));
+    }
+    return rs;
+  };
+  // Case i's results when it is not run (too big for --max-memory, or no backend supports it);
+  // nullopt when it is to be prepared and run.
+  auto not_run = [&](size_t i) -> std::optional<std::vector<CaseResult>> {
+    bool any_supported = false;
+    for (Backend* b : backends) any_supported = any_supported || backend_supports(*b, cs[i]).ok;
+    // --max-memory: a case that would not fit is skipped before anything is allocated.
+    std::string too_big;
+    try {
+      if (any_supported) too_big = memory_refusal(cs[i], options.max_memory_bytes);
+    } catch (const std::exception&) {  // prepare() reports what is wrong with the case
+    }
+    if (!too_big.empty())
+      return not_run_results(i, Verdict::kSkipped, [&](Backend&) { return too_big; });
+    if (!any_supported)
+      return not_run_results(i, Verdict::kUnsupported,
+                             [&](Backend& b) { return backend_supports(b, cs[i]).reason; });
+    return std::nullopt;
+  };
+  // Case i on every backend, its preparation from `prepared` (which may throw).
+  const bool ahead = options.prepare_ahead && options.jobs <= 1;
+  auto run_prepared = [&](size_t i, const std::function<PreparedCase()>& prepared) {
+    std::vector<CaseResult> rs;
+    try {
+      const PreparedCase pc = prepared();
+      for (Backend* b : backends)
+        rs.push_back(run_case(pc, *b, options.probes, options.on_failure, ahead));
+    } catch (const std::exception& e) {
+      rs = not_run_results(i, Verdict::kError, [&](Backend&) {
+        return std::string("could not prepare the case: ") + e.what();
+      });
+    }
+    return rs;
+  };
+  auto publish = [&](size_t i, std::vector<CaseResult> rs) {
+    std::lock_guard<std::mutex> lock(mu);
+    slots[i] = std::move(rs);
+    done[i] = true;
+    cv.notify_all();
+  };
+  auto prepare_case = [&](size_t i) { return prepare(cs[i], {}, options.cache); };
+
   auto work = [&] {
     for (size_t i = next++; i < n; i = next++) {
-      std::vector<CaseResult> rs;
-      bool any_supported = false;
-      for (Backend* b : backends) any_supported = any_supported || backend_supports(*b, cs[i]).ok;
-      // --max-memory: a case that would not fit is skipped before anything is allocated.
-      std::string too_big;
-      try {
-        if (any_supported) too_big = memory_refusal(cs[i], options.max_memory_bytes);
-      } catch (const std::exception&) {  // prepare() below reports what is wrong with the case
-      }
-      if (!too_big.empty()) {
-        for (Backend* b : backends) {
-          CaseResult r;
-          r.case_id = cs[i].id();
-          r.op = cs[i].op();
-          r.backend = b->name();
-          r.verdict = Verdict::kSkipped;
-          r.message = too_big;
-          rs.push_back(std::move(r));
-        }
-      } else if (!any_supported) {
-        for (Backend* b : backends) {
-          CaseResult r;
-          r.case_id = cs[i].id();
-          r.op = cs[i].op();
-          r.backend = b->name();
-          r.verdict = Verdict::kUnsupported;
-          r.message = backend_supports(*b, cs[i]).reason;
-          rs.push_back(std::move(r));
-        }
-      } else {
-        try {
-          const PreparedCase pc = prepare(cs[i], {}, options.cache);
-          for (Backend* b : backends)
-            rs.push_back(run_case(pc, *b, options.probes, options.on_failure));
-        } catch (const std::exception& e) {
-          for (Backend* b : backends) {
-            CaseResult r;
-            r.case_id = cs[i].id();
-            r.op = cs[i].op();
-            r.backend = b->name();
-            r.verdict = Verdict::kError;
-            r.message = std::string("could not prepare the case: ") + e.what();
-            rs.push_back(std::move(r));
-          }
-        }
-      }
-      std::lock_guard<std::mutex> lock(mu);
-      slots[i] = std::move(rs);
-      done[i] = true;
-      cv.notify_all();
+      std::optional<std::vector<CaseResult>> skip = not_run(i);
+      publish(i, skip ? std::move(*skip) : run_prepared(i, [&] { return prepare_case(i); }));
+    }
+  };
+  // prepare_ahead (one job): case i + 1 is prepared on a thread of its own while case i runs, so
+  // a backend that leaves the CPU to the harness (a Python callable, an external program, a GPU)
+  // waits less between cases. The backends are still called from this thread, in case order, and
+  // what is prepared is the same as without it (prepare() depends on the case alone).
+  struct Upcoming {
+    std::optional<std::vector<CaseResult>> skip;
+    std::future<PreparedCase> prepared;
+  };
+  auto upcoming = [&](size_t i) {
+    Upcoming u;
+    if (i >= n) return u;
+    u.skip = not_run(i);
+    if (u.skip) return u;
+    try {
+      u.prepared = std::async(std::launch::async, prepare_case, i);
+    } catch (const std::system_error&) {  // no thread to be had: prepared when its turn comes
+      u.prepared = std::async(std::launch::deferred, prepare_case, i);
+    }
+    return u;
+  };
+  auto work_ahead = [&] {
+    Upcoming current = upcoming(0);
+    for (size_t i = 0; i < n; ++i) {
+      Upcoming following = upcoming(i + 1);
+      publish(i, current.skip ? std::move(*current.skip)
+                              : run_prepared(i, [&] { return current.prepared.get(); }));
+      current = std::move(following);
     }
   };
   // Threads of its own, not core::parallel_for's pool: the pool runs one loop at a time and every
   // case's kernels use it (held for the whole run, each kernel call would start fresh threads), and
   // the reporter below hands results on in case order while the jobs run, which fork-join cannot.
   std::vector<std::thread> pool;
-  for (int j = 1; j < options.jobs; ++j) pool.emplace_back(work);
+  for (int j = 1; !ahead && j < options.jobs; ++j) pool.emplace_back(work);
   // The calling thread works too, and reports results in case order as they complete.
   std::vector<CaseResult> all;
   std::thread reporter([&] {
@@ -847,7 +893,10 @@ std::vector<CaseResult> run_all(const std::vector<cases::Case>& cs,
       }
     }
   });
-  work();
+  if (ahead)
+    work_ahead();
+  else
+    work();
   for (auto& t : pool) t.join();
   reporter.join();
   return all;

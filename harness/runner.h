@@ -33,6 +33,9 @@ struct PreparedCase {
   MatmulPrecision precision = MatmulPrecision::kDefault;
   // Where the probes look up and store what they derive from the case (null: no cache).
   std::shared_ptr<const ExpectationCache> cache = nullptr;
+  // With one job: the next case is prepared on another thread while this one runs, and each
+  // probe call's inputs while the call before it runs (run_all).
+  bool prepare_ahead = false;
 };
 
 // The baselines' worst errors of every output of a prepared case (fills pc.baseline_errors).
@@ -67,8 +70,9 @@ using FailureCallback =
 
 // Runs one backend on one prepared case (catching everything the backend throws), then, when
 // `probes`, the oracle-free leakage probes (harness/probes.h); failing results go to on_failure.
+// `prepare_ahead`: each probe call's inputs are built while the call before it runs.
 CaseResult run_case(const PreparedCase& pc, Backend& backend, bool probes = false,
-                    const FailureCallback& on_failure = nullptr);
+                    const FailureCallback& on_failure = nullptr, bool prepare_ahead = false);
 
 // Folds probe verdicts into the case verdict (probe leak -> leak; probe fail -> fail).
 void merge_probe_verdicts(CaseResult& r);
@@ -92,6 +96,9 @@ struct RunOptions {
   int64_t max_memory_bytes = 0;
   // The cross-run expectation cache (harness/expectation_cache.h); null: none.
   std::shared_ptr<const ExpectationCache> cache = nullptr;
+  // With one job: the next case is prepared on another thread while this one runs, and each
+  // probe call's inputs while the call before it runs (run_all).
+  bool prepare_ahead = false;
 };
 
 // Runs every case on every backend, streaming: each case is prepared, run and released before

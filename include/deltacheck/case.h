@@ -38,6 +38,13 @@ using cases::shape_string;  // {2, 3} -> "[2, 3]"
 using Tensor = cases::Tensor;
 // Named tensors of one case: at("q"), find("cu_seqlens") (null when absent), all().
 using TensorMap = cases::TensorMap;
+// Stores `n` floats into a buffer of a storage dtype (kF32, kBF16 or kF16; the half types as their
+// raw 16-bit patterns), rounding to nearest even as the hardware converts and keeping NaN a NaN:
+// the conversion deltacheck's own generator and kernels use. Throws std::invalid_argument for
+// another dtype.
+void store_floats(const float* src, int64_t n, DType dtype, void* dst);
+// The reverse: `n` elements of a storage dtype as floats (exact: every bf16 / fp16 value is one).
+void load_floats(const void* src, int64_t n, DType dtype, float* dst);
 // A suite's name and what it is for.
 using SuiteInfo = cases::SuiteInfo;
 

@@ -38,6 +38,11 @@ struct RunOptions {
   // baselines of cases prepared before by the same build are read instead of recomputed
   // (docs/performance.md, "Expectation cache"). Verdicts are identical with and without it.
   std::string cache_dir;
+  // With one job: the next case is prepared (inputs, expectation, baselines) on another thread
+  // while the current one runs, so a backend that leaves the CPU to deltacheck (a Python
+  // callable, an external program, a GPU kernel) waits less between cases. Backends are still
+  // called from one thread, in case order; results are identical. Costs one more case's memory.
+  bool prepare_ahead = false;
 };
 
 // Memory limits (`--max-memory`): the default, half the machine's RAM; a size from text ("16G",

@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "deltacheck/deltacheck.h"
 #include "deltacheck/gtest.h"
@@ -145,6 +148,32 @@ TEST(ApiSelection, ShortIdsParseBackToTheSameCase) {
 }
 
 // --- gtest names ---------------------------------------------------------------------------
+
+TEST(ApiCase, FloatsStoredRoundToNearestEvenAndLoadExactly) {
+  // bf16 keeps 7 fraction bits: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 (to the even: 1), and
+  // 1 + 3 * 2^-8 one between 1 + 2^-7 and 1 + 2^-6 (to the even: 1 + 2^-6); fp16 keeps 10.
+  const float in[] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f, std::nanf(""), 1.0f + 0x1p-11f};
+  uint16_t bf16[5], fp16[5];
+  dc::store_floats(in, 5, dc::DType::kBF16, bf16);
+  dc::store_floats(in, 5, dc::DType::kF16, fp16);
+  EXPECT_EQ(bf16[0], 0x3F80);
+  EXPECT_EQ(bf16[1], 0x3F82);
+  EXPECT_EQ(bf16[2], 0xC020);
+  EXPECT_EQ(fp16[4], 0x3C00);
+  float back[5];
+  dc::load_floats(bf16, 5, dc::DType::kBF16, back);
+  EXPECT_EQ(back[1], 1.0f + 0x1p-6f);
+  EXPECT_EQ(back[2], -2.5f);
+  EXPECT_TRUE(std::isnan(back[3]));  // a NaN stays a NaN (it does not round into infinity)
+  dc::load_floats(fp16, 5, dc::DType::kF16, back);
+  EXPECT_EQ(back[2], -2.5f);
+  EXPECT_TRUE(std::isnan(back[3]));
+  float f32[5];
+  dc::store_floats(in, 5, dc::DType::kF32, f32);
+  EXPECT_EQ(std::memcmp(f32, in, sizeof f32), 0);
+  EXPECT_THROW(dc::store_floats(in, 5, dc::DType::kF64, f32), std::invalid_argument);
+  EXPECT_THROW(dc::load_floats(f32, 5, dc::DType::kI32, back), std::invalid_argument);
+}
 
 TEST(ApiGtest, TestNamesAreReadableIdentifiers) {
   EXPECT_EQ(dc::gtest::test_name(dc::parse_case(kPacked)),
@@ -288,6 +317,55 @@ TEST(ApiRun, RunsASelectionInOrderAndReportsIt) {
   EXPECT_EQ(back.report.entries.size(), results.size());
   fs::remove_all(dir);
   EXPECT_FALSE(dc::write_report(rep, "/proc/no/such/dir").ok());
+}
+
+TEST(ApiRun, PreparingAheadChangesNothingButTheWaiting) {
+  // The smoke suite's gdr cases: bf16 ones the fp32-only backend declines, packed ones the leaky
+  // kernel leaks on, and the rest; with prepare_ahead the next case is prepared on another
+  // thread, while the backends are still called from the caller's thread in case order.
+  const auto cases = dc::select(dc::Selection("smoke").filter("^gdr\\("));
+  ASSERT_GE(cases.size(), 10u);
+  dc::GdrBackendOptions fp32_only;
+  fp32_only.dtypes = {dc::DType::kF32};
+  auto good = dc::gdr_backend("fp32-only", recurrent_kernel, fp32_only);
+  std::shared_ptr<dc::Backend> leaky_inner = dc::make_backend("wrong:ignore-cu-seqlens");
+  std::vector<std::string> seen;  // the cases the leaky backend was called on, in call order
+  std::set<std::thread::id> threads;
+  dc::FunctionBackend leaky(
+      "leaky",
+      [&](const dc::Case& c, const dc::TensorMap& in, dc::TensorMap& out) {
+        seen.push_back(c.id());
+        threads.insert(std::this_thread::get_id());
+        return leaky_inner->run(c, in, out);
+      },
+      [&](const dc::Case& c) { return leaky_inner->supports(c); });
+  auto run = [&](bool ahead) {
+    dc::RunOptions o;
+    o.prepare_ahead = ahead;
+    seen.clear();
+    threads.clear();
+    return dc::run(cases, {good.get(), &leaky}, o);
+  };
+  const auto plain = run(false);
+  const std::vector<std::string> seen_plain = seen;
+  const auto ahead = run(true);
+  ASSERT_EQ(plain.size(), ahead.size());
+  std::set<Verdict> verdicts;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    SCOPED_TRACE(plain[i].case_id + " on " + plain[i].backend);
+    EXPECT_EQ(ahead[i].case_id, plain[i].case_id);
+    EXPECT_EQ(ahead[i].backend, plain[i].backend);
+    EXPECT_EQ(ahead[i].verdict, plain[i].verdict);
+    EXPECT_EQ(ahead[i].message, plain[i].message);
+    EXPECT_EQ(ahead[i].worst_rel_rms, plain[i].worst_rel_rms);
+    ASSERT_EQ(ahead[i].probes.size(), plain[i].probes.size());
+    for (size_t p = 0; p < plain[i].probes.size(); ++p)
+      EXPECT_EQ(ahead[i].probes[p].detail, plain[i].probes[p].detail);
+    verdicts.insert(plain[i].verdict);
+  }
+  EXPECT_EQ(verdicts, (std::set<Verdict>{Verdict::kPass, Verdict::kLeak, Verdict::kUnsupported}));
+  EXPECT_EQ(seen, seen_plain);  // the same calls in the same order
+  EXPECT_EQ(threads, std::set<std::thread::id>{std::this_thread::get_id()});
 }
 
 // --- what the tool needs: it stands on these alone (tools/deltacheck) ----------------------

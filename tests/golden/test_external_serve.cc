@@ -81,8 +81,8 @@ class ExternalServe : public ::testing::Test {
     const harness::CaseResult r = run();
     EXPECT_EQ(r.verdict, Verdict::kPass) << r.message;
   }
-  harness::CaseResult run(bool probes = false) {
-    return harness::run_case(*pc_, *backend_, probes);
+  harness::CaseResult run(bool probes = false, bool ahead = false) {
+    return harness::run_case(*pc_, *backend_, probes, nullptr, ahead);
   }
 
   TempDir dir_;
@@ -107,9 +107,16 @@ TEST_F(ExternalServe, CorrectWorkerPassesWithProbesAndLeakyWorkerLeaks) {
   EXPECT_EQ(r.verdict, Verdict::kPass) << r.message;
   EXPECT_FALSE(r.probes.empty());  // the probes made their calls, to the same worker
   EXPECT_EQ(spawns(), 1);
+  // The probe calls' inputs built one call ahead (--prepare-ahead): the same results.
+  const harness::CaseResult ahead = run(true, true);
+  EXPECT_EQ(ahead.verdict, Verdict::kPass) << ahead.message;
+  ASSERT_EQ(ahead.probes.size(), r.probes.size());
+  for (size_t i = 0; i < r.probes.size(); ++i)
+    EXPECT_EQ(ahead.probes[i].detail, r.probes[i].detail) << r.probes[i].name;
   serve(kWorker + " --backend wrong:ignore-cu-seqlens");
   r = run(true);
   EXPECT_EQ(r.verdict, Verdict::kLeak) << r.message;
+  EXPECT_EQ(run(true, true).message, r.message);
 }
 
 // gdr_grad travels the protocol like any op (docs/external.md, "Gradients"): the forward's

@@ -107,6 +107,8 @@ std::vector<BadArgs> bad_args() {
       {"--jobs 0", "run --jobs 0", "--jobs must be in [1, 1024]"},
       {"--jobs 100000", "run --jobs 100000", "--jobs must be in [1, 1024]"},
       {"--jobs not a number", "run --jobs many", "--jobs"},
+      {"--prepare-ahead with jobs", "run --prepare-ahead --jobs 2",
+       "--prepare-ahead is for one job: with --jobs 2 cases overlap already"},
       {"--seed negative", "run --seed -5", "--seed: Value -5 not in range"},
       {"--seed beyond 2^62", "run --seed 4611686018427387905", "--seed"},
       {"--timeout NaN", "run --isolate --timeout nan", "--timeout must be a positive number"},

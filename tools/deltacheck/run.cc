@@ -14,6 +14,7 @@ struct RunArgs {
   OutputOptions output;
   int jobs = 1;
   bool no_probes = false;
+  bool prepare_ahead = false;
   std::string cache_dir;
 };
 
@@ -23,6 +24,9 @@ int run(const RunArgs& a) {
   // An empty shard (more shards than cases) is a valid, empty run; an empty selection is not.
   if (sel.total == 0) throw UsageError("no case selected (check --suite, --case and --filter)");
   if (a.jobs < 1 || a.jobs > 1024) throw UsageError("--jobs must be in [1, 1024]");
+  if (a.prepare_ahead && a.jobs > 1)
+    throw UsageError("--prepare-ahead is for one job: with --jobs " + std::to_string(a.jobs) +
+                     " cases overlap already");
   // Cases named explicitly must fit (exit 2 before anything runs); a suite's case that does not
   // is skipped by the runner with the reason.
   const int64_t max_memory = max_memory_bytes(a.backends.max_memory);
@@ -44,6 +48,7 @@ int run(const RunArgs& a) {
   ropt.probes = !a.no_probes;
   ropt.max_memory_bytes = max_memory;
   ropt.cache_dir = a.cache_dir;
+  ropt.prepare_ahead = a.prepare_ahead;
   const auto results =
       deltacheck::run(cs, backends, ropt, [&](const auto& r) { sink.on_result(r); });
   return sink.finish(results);
@@ -60,6 +65,10 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--jobs,-j", args->jobs, "cases run concurrently")->capture_default_str();
   cmd->add_flag("--no-probes", args->no_probes,
                 "skip the oracle-free leakage probes (repeat, isolation, alone, order, split)");
+  cmd->add_flag("--prepare-ahead", args->prepare_ahead,
+                "prepare the next case, and each probe call's inputs, on another thread while a "
+                "call runs: less waiting for a backend that leaves a core idle (an external "
+                "program, a GPU); the same results");
   cmd->add_option("--cache-dir", args->cache_dir,
                   "keep inputs, FP64 expectations and baselines here across runs of the same "
                   "build (docs/performance.md; verdicts are the same without it)")
