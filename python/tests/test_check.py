@@ -90,10 +90,12 @@ def test_a_malformed_or_crashing_callable_is_an_error(result, message):
 
 def test_writing_into_an_input_is_an_error():
     def fn(**kw):
-        kw["q"][...] = 0
+        kw["q"][0, 5, 1, 3] += 1.0
         return recurrent_gdr(**kw)
     (r,) = dc.check(fn, case=PACKED, framework="numpy", probes=False)
-    assert r.verdict == "error" and "wrote into its input 'q'" in r.message, r.line()
+    assert r.verdict == "error", r.line()
+    # [1, 128, H=2, K=64]: token 5, head 1, element 3 is flat element (5 * 2 + 1) * 64 + 3
+    assert "wrote into its input 'q' (element 707 of 16384 changed" in r.message, r.line()
 
 
 def test_unwritten_elements_are_caught_when_written_in_place():
@@ -228,6 +230,50 @@ def test_the_expectation_cache_gives_the_same_results(tmp_path):
         assert a.case_id == b.case_id == c.case_id
         assert a.verdict == b.verdict == c.verdict, a.case_id
         assert a.message == b.message == c.message, a.case_id
+
+
+def test_preparing_ahead_changes_nothing_but_the_waiting():
+    """prepare_ahead (the default) prepares the next case on another thread while fn runs: the
+    same results, and fn still sees the cases' calls one after the other, in case order."""
+    ids = dc.select("smoke", r"^gdr\(")
+    order = {case_id: i for i, case_id in enumerate(ids)}
+    seen = []  # the case id of every call (the probes' calls carry their own variants' ids)
+
+    @dc.convention("recording-fla", supports=dc.conventions.fla.supports)
+    def recording(fn, c):
+        seen.append(c.case_id)
+        return dc.conventions.fla.call(fn, c)
+
+    results, calls = {}, {}
+    for ahead in (False, True):
+        seen.clear()
+        results[ahead] = dc.check(recurrent_gdr_no_reset, case=ids, framework="numpy",
+                                  convention=recording, prepare_ahead=ahead)
+        calls[ahead] = list(seen)
+    assert calls[True] == calls[False]  # the same calls, in the same order
+    first_calls = [order[i] for i in calls[True] if i in order]
+    assert first_calls == sorted(first_calls) and len(calls[True]) > len(first_calls)
+    assert {r.verdict for r in results[True]} == {"pass", "leak", "unsupported"}
+    for a, b in zip(results[False], results[True]):
+        assert (a.case_id, a.verdict, a.message) == (b.case_id, b.verdict, b.message)
+        assert [p.detail for p in a.probes] == [p.detail for p in b.probes], a.case_id
+
+
+def test_bf16_crosses_rounded_to_nearest_even():
+    """The NumPy route's bf16: inputs widened exactly, outputs rounded to nearest even (ties to
+    the even neighbour, a NaN stays a NaN), as deltacheck's generator and kernels round."""
+    from deltacheck import _deltacheck as _dc
+    values = np.array([1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, -2.5, np.nan, 3e38], np.float32)
+    bits = np.zeros(values.shape, np.uint16)
+    _dc.store_bf16(bits, values)
+    assert bits[:3].tolist() == [0x3F80, 0x3F82, 0xC020]
+    back = _dc.widen_bf16(bits)
+    assert back.dtype == np.float32 and back.shape == values.shape
+    assert back[:3].tolist() == [1.0, 1 + 2.0 ** -6, -2.5]
+    assert np.isnan(back[3])  # not rounded into an infinity
+    assert np.isfinite(back[4]) and abs(back[4] / 3e38 - 1) <= 2.0 ** -8
+    with pytest.raises(ValueError, match="5 values for 4 elements"):
+        _dc.store_bf16(np.zeros(4, np.uint16), values)
 
 
 def test_gradients_need_torch_and_a_differentiable_convention():

@@ -30,10 +30,19 @@ class Dims:
         return "Dims(" + ", ".join(f"{k}={getattr(self, k)}" for k in self.__slots__) + ")"
 
 
-@functools.lru_cache(maxsize=4096)
-def _case_params(case_id):
-    op, params = _dc.case_params(case_id)
-    return op, dict(params)
+_PARAMS = {}  # case id -> (op, {parameter: value}); the runner's variations of a case each have one
+
+
+def _case_params(case_id, parsed=None):
+    """The op and parameters of a case id: `parsed` (op, [(key, value)]) when the extension
+    passes them along, else parsed here; remembered (up to 4096 ids)."""
+    known = _PARAMS.get(case_id)
+    if known is None:
+        op, params = parsed if parsed is not None else _dc.case_params(case_id)
+        if len(_PARAMS) >= 4096:
+            _PARAMS.clear()
+        known = _PARAMS[case_id] = (op, dict(params))
+    return known
 
 
 class Call:
@@ -105,22 +114,27 @@ def make_backend(fn, convention="fla", device="cpu", framework=None, name=None,
     conv = _conventions.get(convention)
     io = make_io(framework, device)
 
-    def supports(case_id):
-        op, params = _case_params(case_id)
+    def supports(case_id, op=None, params=None):
+        op, params = _case_params(case_id, None if op is None else (op, params))
         probe = Call.__new__(Call)
         probe.case_id, probe.op, probe.params = case_id, op, params
         if op == "gdr_grad":  # the forward, differentiated (_grad.py)
             return _grad.supports(conv, io, probe)
         return conv.supports(probe)
 
+    timed = _Timed(fn, io)  # one for all calls: its wrapper metadata is copied once
+
+    def invoke(c):
+        if c.op == "gdr_grad":
+            return _grad.call(conv, timed, c)
+        return conv.call(timed, c)
+
     def call(case_id, inputs, outputs):
         c = Call(case_id, {k: io.input(a) for k, a in inputs.items()},
                  {k: io.output(a) for k, a in outputs.items()}, io)
-        timed = _Timed(fn, io)
+        timed.seconds = 0.0
         try:
-            with io.guard():
-                returned = (_grad.call(conv, timed, c) if c.op == "gdr_grad"
-                            else conv.call(timed, c))
+            returned = invoke(c)  # (under io.guard(), entered by run_cases for the whole run)
             for out_name, view in c.outputs.items():
                 value = returned.get(out_name) if isinstance(returned, dict) else None
                 if value is None:
@@ -138,6 +152,14 @@ def make_backend(fn, convention="fla", device="cpu", framework=None, name=None,
     backend = _dc.Backend(label, call, supports, Unsupported, deterministic=deterministic,
                           bf16_bits=io.bf16_bits)
     return backend, io, conv
+
+
+def run_cases(ids, backend, io, probes=True, on_result=None, cache_dir="", prepare_ahead=True):
+    """The extension's run of `backend` (make_backend) on the case ids, under the IO route's
+    guard for the whole run: torch's NaN-filled torch.empty and deterministic algorithms are
+    global flags, set once rather than around each call."""
+    with io.guard():
+        return _dc.run(ids, backend, probes, on_result, cache_dir, prepare_ahead)
 
 
 def _as_list(x):
@@ -242,7 +264,7 @@ def cache_directory(cache_dir=None):
 
 def check(fn, suite="smoke", *, filter=None, exclude=None, case=None, seed=None, shard=None,
           device="cpu", convention="fla", framework=None, probes=True, name=None,
-          deterministic=True, verbose=False, cache_dir=None):
+          deterministic=True, verbose=False, cache_dir=None, prepare_ahead=True):
     """Runs `fn` on the selected cases (deltacheck.select's arguments) and judges it exactly as
     `deltacheck run` does. `convention` says how a case's tensors become fn's arguments
     (deltacheck.conventions); `device` where torch tensors live ("cpu", "cuda", "cuda:1");
@@ -251,11 +273,14 @@ def check(fn, suite="smoke", *, filter=None, exclude=None, case=None, seed=None,
     verbose=True prints each result's row as it comes. `cache_dir` keeps the cases' inputs,
     FP64 expectations and baselines across runs of the same deltacheck build (default: the
     DELTACHECK_CACHE_DIR environment variable; none when unset): a rerun then spends its time
-    in fn and the comparisons. Verdicts are the same with and without it."""
+    in fn and the comparisons. Verdicts are the same with and without it. `prepare_ahead`
+    prepares the next case (inputs, FP64 expectation, baselines) on another thread while fn runs
+    the current one: the same results, less waiting between cases, one more case in memory."""
     ids = select(suite, filter, exclude, case, seed, shard)
     backend, io, conv = make_backend(fn, convention, device, framework, name, deterministic)
     on_result = (lambda r: print(r.line(), end="", flush=True)) if verbose else None
-    results, stats = _dc.run(ids, backend, probes, on_result, cache_directory(cache_dir))
+    results, stats = run_cases(ids, backend, io, probes, on_result, cache_directory(cache_dir),
+                               prepare_ahead)
     if case is not None:
         selection = ["--cases"] + _as_list(case)
     else:

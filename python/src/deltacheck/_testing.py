@@ -3,8 +3,7 @@ and Case.check(fn) runs that case on fn and turns its verdict into pytest's outc
 import os
 import shlex
 
-from . import _deltacheck as _dc
-from ._check import _callable_name, cache_directory, make_backend, select
+from ._check import _callable_name, cache_directory, make_backend, run_cases, select
 
 
 def _failure_text(r, fn_label, convention, nodeid=None):
@@ -24,8 +23,8 @@ def _current_nodeid():
 def run_case(case_id, fn, convention="fla", device="cpu", framework=None, probes=True,
              deterministic=True, name=None, cache_dir=None):
     """One case on fn: the extension's CaseResult."""
-    backend, _, conv = make_backend(fn, convention, device, framework, name, deterministic)
-    (result,), _ = _dc.run([case_id], backend, probes, None, cache_directory(cache_dir))
+    backend, io, conv = make_backend(fn, convention, device, framework, name, deterministic)
+    (result,), _ = run_cases([case_id], backend, io, probes, None, cache_directory(cache_dir))
     return result, conv.name
 
 

@@ -2,10 +2,11 @@
 
 On the same cases, in one run:
   route     per call of the callable: what the Python route adds around it (DLPack views, the
-            convention, the NaN-fill guard, writing the outputs back, the input checksums)
+            convention, writing the outputs back, the copy of the inputs compared after the call)
   harness   per case: the C++ runner's own work (inputs, FP64 oracle, baseline, probes'
-            bookkeeping, judging), which `deltacheck run` pays too; measured beside it with
-            deltacheck's own "cpu" backend
+            bookkeeping, judging) that the callable waits for (the next case is prepared while
+            it runs, unless --no-prepare-ahead), which `deltacheck run` pays too; measured beside
+            it with deltacheck's own "cpu" backend (one case at a time)
   overhead  per case: everything outside the callable (harness + route x calls per case)
   process CPU  the same split in process CPU time (all threads), which a loaded machine does not
             inflate: the figure to compare between runs
@@ -18,12 +19,11 @@ import sys
 import time
 
 
-def measure(fn, ids, framework, probes, cache_dir=""):
+def measure(fn, ids, framework, probes, cache_dir="", prepare_ahead=True):
     """Runs the cases on `fn`; also returns the process CPU time of the run and of the callable's
     calls (CPU time, unlike wall time, is not inflated by other processes on a loaded machine)."""
     import functools
-    from . import _deltacheck as _dc
-    from ._check import make_backend
+    from ._check import make_backend, run_cases
     inside = [0.0]
 
     @functools.wraps(fn)
@@ -36,7 +36,7 @@ def measure(fn, ids, framework, probes, cache_dir=""):
 
     backend, io, _ = make_backend(cpu_timed, framework=framework)
     cpu0 = time.process_time()
-    results, stats = _dc.run(ids, backend, probes, None, cache_dir)
+    results, stats = run_cases(ids, backend, io, probes, None, cache_dir, prepare_ahead)
     cpu = time.process_time() - cpu0
     return results, stats, cpu, inside[0], io
 
@@ -49,6 +49,8 @@ def main(argv=None):
     ap.add_argument("--no-probes", action="store_true")
     ap.add_argument("--warm", action="store_true",
                     help="read the inputs, expectations and tolerances from a filled cache")
+    ap.add_argument("--no-prepare-ahead", action="store_true",
+                    help="prepare each case only when its turn comes (dc.check(prepare_ahead=False))")
     ap.add_argument("--kernel", default=None,
                     help="MODULE:FUNCTION of the callable (default: the tests' NumPy recurrence)")
     args = ap.parse_args(argv)
@@ -67,8 +69,10 @@ def main(argv=None):
         import tempfile
         cache_dir = tempfile.mkdtemp(prefix="deltacheck-bench-")
         measure(fn, ids, args.framework, probes, cache_dir)  # fills it (untimed)
+    ahead = not args.no_prepare_ahead
     try:
-        results, s, cpu, cpu_callable, io = measure(fn, ids, args.framework, probes, cache_dir)
+        results, s, cpu, cpu_callable, io = measure(fn, ids, args.framework, probes, cache_dir,
+                                                    ahead)
         bad = [r for r in results if r.verdict not in ("pass", "unsupported")]
         ran = [r for r in results if r.verdict != "unsupported"]
         n = max(1, len(ran))
@@ -86,7 +90,8 @@ def main(argv=None):
     load = os.getloadavg()[0]
     print(f"deltacheck.bench: {len(ran)} {args.suite} cases ({args.filter}), {s.calls} calls, "
           f"{io.name} callable, probes {'on' if probes else 'off'}, "
-          f"{'warm cache' if args.warm else 'no cache'}; load {load:.1f} on "
+          f"{'warm cache' if args.warm else 'no cache'}, "
+          f"{'next case prepared ahead' if ahead else 'no preparing ahead'}; load {load:.1f} on "
           f"{os.cpu_count()} cores")
     print(f"  callable       {1e3 * s.seconds_callable / n:8.2f} ms/case")
     print(f"  route          {1e3 * route:8.3f} ms/call  ({s.calls / n:.1f} calls/case)")
