@@ -3,8 +3,6 @@
 // 40 000 one-token sequences take 31 s and a million (ids allow it) hours.
 #include <gtest/gtest.h>
 
-#include <chrono>
-
 #include "cases/case.h"
 
 namespace deltacheck::cases {
@@ -15,16 +13,17 @@ TEST(LayoutScaling, CopyingAndReparsingAMillionSequencesIsConstantTime) {
   const Layout first = Layout::parse(text);
   ASSERT_EQ(first.num_seqs(), 1000000);
   EXPECT_EQ(first.total_tokens(), 999999 + 7);
-  const auto t0 = std::chrono::steady_clock::now();
   int64_t sum = 0;
   for (int64_t s = 0; s < 2000; ++s) {  // a probe's walk over the sequences
     const Layout L = Layout::parse(text);
     const Layout copy = L;
+    // Constant time by construction, checked without a clock: a reparse is the remembered layout
+    // and a copy shares its offsets (no million-entry vector built or copied).
+    ASSERT_EQ(&L.cu_seqlens(), &first.cu_seqlens()) << "parse did not reuse the parsed layout";
+    ASSERT_EQ(&copy.cu_seqlens(), &L.cu_seqlens()) << "a copy copied the offsets";
     sum += copy.cu_seqlens()[static_cast<size_t>(s * 500)] + copy.lengths[static_cast<size_t>(s)];
   }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(sum, int64_t{2000} + 500 * (int64_t{1999} * 2000 / 2));
-  EXPECT_LT(secs, 1.0) << "2000 parses and copies of a million-sequence layout";
 }
 
 TEST(LayoutScaling, OffsetsMatchTheLengths) {
