@@ -816,8 +816,8 @@ std::vector<CaseResult> run_all(const std::vector<cases::Case>& cs,
                              [&](Backend& b) { return backend_supports(b, cs[i]).reason; });
     return std::nullopt;
   };
-  // Case i on every backend, its preparation from `prepared` (which may throw).
   const bool ahead = options.prepare_ahead && options.jobs <= 1;
+  // Case i on every backend, its preparation from `prepared` (which may throw).
   auto run_prepared = [&](size_t i, const std::function<PreparedCase()>& prepared) {
     std::vector<CaseResult> rs;
     try {

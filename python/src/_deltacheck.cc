@@ -254,7 +254,7 @@ std::pair<std::vector<CaseResult>, RunStats> run_cases(const std::vector<std::st
 // The same cases on one of deltacheck's own backends (e.g. "cpu"), its calls timed: the runner's
 // own cost per case without Python, for the overhead figures (deltacheck.bench).
 RunStats run_builtin(const std::vector<std::string>& ids, const std::string& name, bool probes,
-                     const std::string& cache_dir, bool prepare_ahead) {
+                     const std::string& cache_dir) {
   std::vector<Case> cases;
   for (const std::string& id : ids) cases.push_back(deltacheck::parse_case(id));
   std::unique_ptr<deltacheck::Backend> inner = deltacheck::make_backend(name);
@@ -271,7 +271,6 @@ RunStats run_builtin(const std::vector<std::string>& ids, const std::string& nam
   deltacheck::RunOptions options;
   options.probes = probes;
   options.cache_dir = cache_dir;
-  options.prepare_ahead = prepare_ahead;
   {
     nb::gil_scoped_release release;
     ScopeTimer timer(stats.seconds);
@@ -386,7 +385,7 @@ NB_MODULE(_deltacheck, m) {
       .def_ro("seconds_calls", &RunStats::seconds_calls)
       .def_ro("calls", &RunStats::calls);
   m.def("run_builtin", &run_builtin, nb::arg("ids"), nb::arg("backend"), nb::arg("probes") = true,
-        nb::arg("cache_dir") = "", nb::arg("prepare_ahead") = false);
+        nb::arg("cache_dir") = "");
   m.def("run", &run_cases, nb::arg("ids"), nb::arg("backend"), nb::arg("probes") = true,
         nb::arg("on_result") = nb::none(), nb::arg("cache_dir") = "",
         nb::arg("prepare_ahead") = true);
