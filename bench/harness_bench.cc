@@ -16,6 +16,7 @@
 #include "cases/case.h"
 #include "cases/generate.h"
 #include "cases/suites.h"
+#include "harness/compare.h"
 #include "harness/runner.h"
 
 namespace deltacheck::bench {
@@ -101,6 +102,33 @@ void BM_judge(benchmark::State& st) {
     benchmark::DoNotOptimize(r.margin);
   }
 }
+
+// One error measurement (harness::measure: rel_rms, max |Δ| and where) of an fp32 tensor against
+// its FP64 expectation, one largest |Δ| two thirds in: the step every judged output and sequence
+// pays. Bytes processed are the bytes read (4 + 8 per element), to hold against ceiling/read.
+void BM_measure(benchmark::State& st) {
+  const int64_t n = st.range(0);
+  std::vector<double> e(static_cast<size_t>(n));
+  cases::Tensor t("o", cases::DType::kF32, {n});
+  for (int64_t i = 0; i < n; ++i) {
+    e[i] = static_cast<double>(i % 97) * 0.01;
+    t.set(i, e[i] + static_cast<double>((i * 7919) % 13) * 1e-7);
+  }
+  t.set(2 * n / 3, e[2 * n / 3] + 0.5);
+  for (auto _ : st) {
+    const harness::Metrics m = harness::measure(t, e, 0, n);
+    benchmark::DoNotOptimize(m.max_index);
+  }
+  st.SetBytesProcessed(st.iterations() * n * 12);
+}
+BENCHMARK(BM_measure)
+    ->Name("harness_measure/fp32")
+    ->ArgName("elements")
+    ->Arg(16384)
+    ->Arg(131072)
+    ->Arg(1 << 20)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 void harness_shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"T", "HV"})->Args({512, 16})->Args({4096, 16})->Args({16384, 16});

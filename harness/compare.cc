@@ -22,8 +22,10 @@ constexpr int64_t kBlock = int64_t{1} << 17;
 struct Partial {
   double num[4] = {0.0, 0.0, 0.0, 0.0}, den[4] = {0.0, 0.0, 0.0, 0.0};
   double ref_max_abs = 0.0, max_abs = 0.0;
-  // -1 while the block is empty; kLocateLater when its largest |Δ| has not been located yet.
+  // -1 while the block is empty; kLocateLater when its largest |Δ| has not been located yet
+  // (it is then the first |Δ| equal to max_abs in [locate_begin, locate_end)).
   int64_t max_index = -1, non_finite = 0;
+  int64_t locate_begin = 0, locate_end = 0;
 };
 constexpr int64_t kLocateLater = -2;
 
@@ -88,19 +90,23 @@ struct Vec<4> {
   typedef float F __attribute__((vector_size(16)));
 };
 
-// Elements [i, i + 4 * n) of a block into `out`'s four lanes with vectors of W doubles (GCC and
-// Clang vector extensions): lane l takes elements i + l, i + l + 4, ... in order, whatever W, so
-// the sums have the same bits as measure_block_exact()'s. Branch-free: NaN shows in the sums.
+// Elements [i, i + 4 * n) of a block added to `out`'s four lanes with vectors of W doubles (GCC
+// and Clang vector extensions): lane l takes elements i + l, i + l + 4, ... in order, whatever W,
+// so the sums have the same bits as measure_block_exact()'s. Branch-free: NaN shows in the sums.
+// The largest |Δ| of these elements goes to `span_max` (out.max_abs is left to the caller).
 template <int W, typename Load>
 __attribute__((always_inline)) inline void lanes_loop(const Load& load, const double* e, int64_t i,
-                                                      int64_t n, Partial& out) {
+                                                      int64_t n, Partial& out, double& span_max) {
   using V = typename Vec<W>::V;
   using VBits = typename Vec<W>::Bits;
   constexpr int kRegs = 4 / W;
   VBits magnitude;
   for (int l = 0; l < W; ++l) magnitude[l] = INT64_MAX;
   V num[kRegs], den[kRegs], mx[kRegs], rmx[kRegs];
-  for (int r = 0; r < kRegs; ++r) num[r] = den[r] = mx[r] = rmx[r] = V{} * 0.0;
+  for (int r = 0; r < kRegs; ++r) {
+    mx[r] = rmx[r] = V{} * 0.0;
+    for (int l = 0; l < W; ++l) num[r][l] = out.num[r * W + l], den[r][l] = out.den[r * W + l];
+  }
   for (int64_t k = 0; k < n; ++k, i += 4)
     for (int r = 0; r < kRegs; ++r) {
       const int64_t j = i + r * W;
@@ -130,7 +136,7 @@ __attribute__((always_inline)) inline void lanes_loop(const Load& load, const do
     for (int l = 0; l < W; ++l) {
       out.num[r * W + l] = num[r][l];
       out.den[r * W + l] = den[r][l];
-      out.max_abs = out.max_abs < mx[r][l] ? mx[r][l] : out.max_abs;
+      span_max = span_max < mx[r][l] ? mx[r][l] : span_max;
       out.ref_max_abs = out.ref_max_abs < rmx[r][l] ? rmx[r][l] : out.ref_max_abs;
     }
 }
@@ -140,8 +146,8 @@ __attribute__((always_inline)) inline void lanes_loop(const Load& load, const do
 // those of the two-lane loop).
 template <typename Load>
 __attribute__((target("avx2"))) void lanes_loop_avx2(const Load& load, const double* e, int64_t i,
-                                                     int64_t n, Partial& out) {
-  lanes_loop<4>(load, e, i, n, out);
+                                                     int64_t n, Partial& out, double& span_max) {
+  lanes_loop<4>(load, e, i, n, out, span_max);
 }
 bool have_avx2() {
   static const bool yes = [] {
@@ -152,27 +158,52 @@ bool have_avx2() {
 }
 #endif
 
+// Elements per span of a block whose largest |Δ| is tracked: locate() looks for the largest |Δ|
+// of a block in the first span that holds it, not in the whole block. A multiple of 4, so the
+// spans continue the block's four lanes.
+constexpr int64_t kLocateSpan = 1024;
+
 // The same block without branches: the same four lanes in the same order, so the same sums; the
-// largest |Δ| is located afterwards, only in the block that holds it. Where anything is not
-// finite (an unwritten NaN, an overflow) the block is measured element by element instead, which
-// gives it the meaning measure_block_exact() defines.
+// largest |Δ| is located afterwards, only in the block (and span) that holds it. Where anything
+// is not finite (an unwritten NaN, an overflow) the block is measured element by element
+// instead, which gives it the meaning measure_block_exact() defines.
 template <typename Load>
 Partial measure_block(const Load& load, const double* e, int64_t begin, int64_t end) {
   Partial m;
   if (end <= begin) return m;
   const int64_t quads = (end - begin) / 4;
+  void (*lanes)(const Load&, const double*, int64_t, int64_t, Partial&,
+                double&) = [](const Load& l, const double* x, int64_t i, int64_t n, Partial& out,
+                              double& span_max) { lanes_loop<2>(l, x, i, n, out, span_max); };
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  if (have_avx2())
-    lanes_loop_avx2(load, e, begin, quads, m);
-  else
+  if (have_avx2()) lanes = lanes_loop_avx2<Load>;
 #endif
-    lanes_loop<2>(load, e, begin, quads, m);
+  // Where the first largest |Δ| lies: the first span whose largest exceeds all before it (the
+  // first span when every |Δ| is 0).
+  m.locate_begin = begin;
+  m.locate_end = std::min(end, begin + kLocateSpan);
+  for (int64_t at = begin, left = quads; left > 0;) {
+    const int64_t n = std::min(left, kLocateSpan / 4);
+    double span_max = 0.0;
+    lanes(load, e, at, n, m, span_max);
+    if (span_max > m.max_abs) {
+      m.max_abs = span_max;
+      m.locate_begin = at;
+      m.locate_end = at + 4 * n;
+    }
+    at += 4 * n;
+    left -= n;
+  }
   for (int64_t i = begin + 4 * quads; i < end; ++i) {  // the tail goes to lane 0, as in _exact
     const double ref = e[i];
     const double d = std::fabs(load(i) - ref);
     m.num[0] += d * d;
     m.den[0] += ref * ref;
-    m.max_abs = m.max_abs < d ? d : m.max_abs;
+    if (m.max_abs < d) {
+      m.max_abs = d;
+      m.locate_begin = i;
+      m.locate_end = i + 1;
+    }
     m.ref_max_abs = std::max(m.ref_max_abs, std::fabs(ref));
   }
   const double sum = (m.num[0] + m.num[1]) + (m.num[2] + m.num[3]);
@@ -272,10 +303,8 @@ std::vector<Metrics> run_jobs(const std::vector<Job>& jobs) {
         winner = b;
       }
     }
-    if (m.max_index == kLocateLater) {
-      const auto [begin, end] = range(j, winner);
-      m.max_index = jobs[j].locate(begin, end, m.max_abs);
-    }
+    if (m.max_index == kLocateLater)
+      m.max_index = jobs[j].locate(parts[winner].locate_begin, parts[winner].locate_end, m.max_abs);
     const double num = (all.num[0] + all.num[1]) + (all.num[2] + all.num[3]);
     const double den = (all.den[0] + all.den[1]) + (all.den[2] + all.den[3]);
     m.count = jobs[j].end - jobs[j].begin;

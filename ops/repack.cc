@@ -56,13 +56,12 @@ int64_t token_row(const cases::Layout& layout, int64_t seq, int64_t offset) {
   return layout.cu_seqlens()[seq] + offset;
 }
 
-std::vector<uint8_t> row_bytes(const cases::Tensor& t, TensorMajor major, int64_t total_rows,
-                               int64_t first, int64_t count) {
+ByteRange row_bytes(const cases::Tensor& t, TensorMajor major, int64_t total_rows, int64_t first,
+                    int64_t count) {
   const int64_t rows = major == TensorMajor::kSequence ? t.shape().at(0) : total_rows;
   if (rows <= 0) return {};
   const size_t row = t.nbytes() / static_cast<size_t>(rows);
-  const uint8_t* p = static_cast<const uint8_t*>(t.data()) + first * row;
-  return std::vector<uint8_t>(p, p + count * row);
+  return {static_cast<const uint8_t*>(t.data()) + first * row, count * row};
 }
 
 std::vector<double> row_values(const std::vector<double>& v, int64_t total_rows, int64_t first,

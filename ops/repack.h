@@ -38,10 +38,24 @@ Repacked repack(const cases::Case& c, const cases::TensorMap& inputs,
                 const std::vector<Piece>& pieces,
                 const std::vector<std::pair<std::string, std::string>>& overrides = {});
 
+// Bytes inside a tensor, not copied: valid while the tensor lives.
+class ByteRange {
+ public:
+  ByteRange() = default;
+  ByteRange(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+ private:
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 // Token rows [first, first + count) (token-major) or sequence row `first` (sequence-major, count
-// rows) of a tensor, as raw bytes.
-std::vector<uint8_t> row_bytes(const cases::Tensor& t, TensorMajor major, int64_t total_rows,
-                               int64_t first, int64_t count);
+// rows) of a tensor, as raw bytes (a range inside the tensor).
+ByteRange row_bytes(const cases::Tensor& t, TensorMajor major, int64_t total_rows, int64_t first,
+                    int64_t count);
 // The same for values (flat doubles of a tensor with `total_rows` rows).
 std::vector<double> row_values(const std::vector<double>& v, int64_t total_rows, int64_t first,
                                int64_t count);

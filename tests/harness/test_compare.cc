@@ -120,6 +120,14 @@ TEST_P(TypedMeasure, SameBitsAsTheDoubleValuesAndTheDefinition) {
   EXPECT_EQ(measure(t, e, 0, kN).max_index, 6);
   EXPECT_EQ(measure(t, e, 7, kN).max_index, 9);
   EXPECT_EQ(measure(t, e, 10, kN).max_index, kN - 1);
+  // Ties in different spans of one block: the largest |Δ| is looked for only in the first span
+  // that holds it, which must be the earlier one.
+  e[140000] = e[150000] = 0.25;
+  t.set(140000, 3.5);
+  t.set(150000, 3.5);
+  check("ties across spans");
+  EXPECT_EQ(measure(t, e, 10, kN).max_index, 140000);
+  EXPECT_EQ(measure(t, e, 140001, kN).max_index, 150000);
   // Non-finite values: the first one is the location, whatever the |Δ| elsewhere.
   t.set(800000, std::numeric_limits<double>::infinity());
   t.set(700001, std::nan(""));
