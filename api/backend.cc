@@ -32,6 +32,11 @@ FunctionBackend& FunctionBackend::set_matmul_precision(harness::MatmulPrecision 
   return *this;
 }
 
+FunctionBackend& FunctionBackend::set_checks_inputs(bool checks) {
+  checks_inputs_ = checks;
+  return *this;
+}
+
 Support FunctionBackend::supports(const Case& c) const {
   return supports_ ? supports_(c) : Support::Yes();
 }

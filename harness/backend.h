@@ -63,6 +63,10 @@ class Backend {
   // (`memory`). An isolated backend (--isolate) runs such calls in this process, since a child's
   // memory would be lost with it; the others' calls still run in a child.
   virtual bool keeps_call_memory() const { return false; }
+  // True when the runner must check that each call left the inputs as they were (a backend whose
+  // code a const reference does not hold: a Python callable, a user's function): a copy taken
+  // before the call is compared after it, and a change is the verdict error (input_check.h).
+  virtual bool checks_inputs() const { return false; }
 };
 
 struct BackendInfo {

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <string>
 
 #include "cases/rng.h"
 #include "harness/op_names.h"
@@ -46,6 +48,10 @@ Support backend_supports(const Backend& backend, const cases::Case& c) {
   return Support::Yes();
 }
 
+bool one_call(const cases::Case& c) {
+  return operation_for(c).call_mode(c).kind == CallMode::Kind::kOne;
+}
+
 std::vector<Call> call_plan(const cases::Case& c) {
   const CallMode mode = operation_for(c).call_mode(c);
   if (mode.kind == CallMode::Kind::kOne || mode.kind == CallMode::Kind::kDriven) return {};
@@ -84,6 +90,21 @@ std::vector<Call> call_plan(const cases::Case& c) {
 
 namespace {
 
+// One call of a backend; for a backend that checks_inputs(), its inputs compared after the call
+// with `before` (a copy taken ahead) or with a copy taken now.
+template <typename Fn>
+Status checked_call(const Backend& backend, const cases::TensorMap& inputs, const InputCopy* before,
+                    const Fn& call) {
+  if (!backend.checks_inputs()) return call();
+  std::optional<InputCopy> own;
+  if (!before) before = &own.emplace(inputs);
+  const Status st = call();
+  if (!st.ok()) return st;
+  if (std::string why = before->changed(inputs); !why.empty())
+    return Status::Internal("the backend " + why);
+  return st;
+}
+
 // A driven case: the operation makes the calls; each call's outputs are allocated poisoned and
 // must come back complete and inside their bounds.
 Status drive(Backend& backend, const cases::Case& c, const cases::TensorMap& inputs,
@@ -93,7 +114,10 @@ Status drive(Backend& backend, const cases::Case& c, const cases::TensorMap& inp
                                const cases::TensorMap& in) -> StatusOr<cases::TensorMap> {
     const std::vector<OutputSpec> specs = operation_for(cc).outputs(cc);
     cases::TensorMap out = allocate_outputs(specs);
-    if (Status st = backend.run_driven(call, memory, cc, in, out); !st.ok()) return st;
+    if (Status st = checked_call(backend, in, nullptr,
+                                 [&] { return backend.run_driven(call, memory, cc, in, out); });
+        !st.ok())
+      return st;
     for (const OutputSpec& spec : specs) {
       const cases::Tensor& t = out.at(spec.name);
       int64_t first = -1;
@@ -109,11 +133,13 @@ Status drive(Backend& backend, const cases::Case& c, const cases::TensorMap& inp
 }  // namespace
 
 Status execute(Backend& backend, const cases::Case& c, const cases::TensorMap& inputs,
-               cases::TensorMap& outputs) {
+               cases::TensorMap& outputs, const InputCopy* inputs_copy) {
   if (operation_for(c).call_mode(c).kind == CallMode::Kind::kDriven)
     return drive(backend, c, inputs, outputs);
   const std::vector<Call> plan = call_plan(c);
-  if (plan.empty()) return backend.run(c, inputs, outputs);
+  if (plan.empty())
+    return checked_call(backend, inputs, inputs_copy,
+                        [&] { return backend.run(c, inputs, outputs); });
   const Operation& op = operation_for(c);
   const cases::Layout& L = c.layout();
   // The state table: each sequence's current state(s), starting from the case's initial ones.
@@ -129,7 +155,10 @@ Status execute(Backend& backend, const cases::Case& c, const cases::TensorMap& i
   for (const Call& call : plan) {
     Repacked rp = repack(c, state_inputs, call.pieces, {{"cache", call.cache}});
     cases::TensorMap out = allocate_outputs(op.outputs(rp.c));
-    if (Status st = backend.run(rp.c, rp.tensors, out); !st.ok()) return st;
+    if (Status st = checked_call(backend, rp.tensors, nullptr,
+                                 [&] { return backend.run(rp.c, rp.tensors, out); });
+        !st.ok())
+      return st;
     // Token outputs go to their place in the whole case; states back into the table.
     int64_t row = 0;
     for (const Piece& p : call.pieces) {

@@ -12,6 +12,7 @@
 #include "cases/case.h"
 #include "cases/tensor.h"
 #include "harness/backend.h"
+#include "harness/input_check.h"
 #include "harness/op_names.h"
 
 namespace deltacheck::harness {
@@ -26,13 +27,19 @@ struct Call {
 // own answer.
 Support backend_supports(const Backend& backend, const cases::Case& c);
 
+// Whether the backend gets the case's inputs as they are, in one call (not a call plan, not the
+// operation's own calls): only then is a copy of them taken ahead of use (input_check.h).
+bool one_call(const cases::Case& c);
+
 // The calls of a multi-call case; empty for single-call and driven cases.
 std::vector<Call> call_plan(const cases::Case& c);
 
 // Runs a case on a backend: one call, the call plan with states carried between calls, or the
 // operation's own calls (driven cases), each call's outputs allocated poisoned and checked
-// complete before the operation reads them.
+// complete before the operation reads them. For a backend that checks_inputs(), every call's
+// inputs are checked unchanged after it; `inputs_copy`, when given, is a copy of `inputs` taken
+// ahead (used when `inputs` go to the backend as they are).
 Status execute(Backend& backend, const cases::Case& c, const cases::TensorMap& inputs,
-               cases::TensorMap& outputs);
+               cases::TensorMap& outputs, const InputCopy* inputs_copy = nullptr);
 
 }  // namespace deltacheck::harness

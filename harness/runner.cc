@@ -608,7 +608,7 @@ CaseResult run_case(const PreparedCase& prepared, Backend& backend, bool probes,
   Status st;
   const auto tb = std::chrono::steady_clock::now();
   try {
-    st = execute(backend, pc.c, pc.inputs, outputs);
+    st = execute(backend, pc.c, pc.inputs, outputs, pc.inputs_copy.get());
   } catch (const std::exception& e) {
     r.seconds_backend = seconds_since(tb);
     return with_verdict(std::move(r), Verdict::kError, std::string("threw: ") + e.what());
@@ -837,7 +837,16 @@ std::vector<CaseResult> run_all(const std::vector<cases::Case>& cs,
     done[i] = true;
     cv.notify_all();
   };
-  auto prepare_case = [&](size_t i) { return prepare(cs[i], {}, options.cache); };
+  // The copy of the case's inputs that backends checking their inputs are checked with is taken
+  // here, with the preparation (on the preparing thread with prepare_ahead), not before each call.
+  bool copy_inputs = false;
+  for (const Backend* b : backends) copy_inputs = copy_inputs || b->checks_inputs();
+  auto prepare_case = [&](size_t i) {
+    PreparedCase pc = prepare(cs[i], {}, options.cache);
+    if (copy_inputs && one_call(pc.c))
+      pc.inputs_copy = std::make_shared<const InputCopy>(pc.inputs);
+    return pc;
+  };
 
   auto work = [&] {
     for (size_t i = next++; i < n; i = next++) {

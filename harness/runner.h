@@ -14,6 +14,7 @@
 #include "harness/backend.h"
 #include "harness/compare.h"
 #include "harness/expectation_cache.h"
+#include "harness/input_check.h"
 #include "harness/op_names.h"
 #include "harness/result.h"
 
@@ -36,6 +37,9 @@ struct PreparedCase {
   // With one job: the next case is prepared on another thread while this one runs, and each
   // probe call's inputs while the call before it runs (run_all).
   bool prepare_ahead = false;
+  // A copy of `inputs` for backends that checks_inputs() (input_check.h), taken where the case is
+  // prepared; null when none of the run's backends checks (each call then copies for itself).
+  std::shared_ptr<const InputCopy> inputs_copy = nullptr;
 };
 
 // The baselines' worst errors of every output of a prepared case (fills pc.baseline_errors).

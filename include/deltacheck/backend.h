@@ -60,12 +60,17 @@ class FunctionBackend : public Backend {
   // Say kTF32 for kernels whose fp32 matmuls run in TF32: they are judged against the TF32
   // baseline on fp32 cases.
   FunctionBackend& set_matmul_precision(harness::MatmulPrecision precision);
+  // Say true when the function could write into its inputs (it reaches them through raw
+  // pointers, or runs code deltacheck cannot see, e.g. Python): the runner then checks after
+  // every call that they are unchanged (a change is the verdict error, naming the element).
+  FunctionBackend& set_checks_inputs(bool checks);
 
   std::string name() const override { return name_; }
   std::string description() const override { return description_; }
   bool deterministic() const override { return deterministic_; }
   bool batch_invariant(const Case&) const override { return batch_invariant_; }
   harness::MatmulPrecision matmul_precision() const override { return precision_; }
+  bool checks_inputs() const override { return checks_inputs_; }
   Support supports(const Case& c) const override;
   Status run(const Case& c, const TensorMap& inputs, TensorMap& outputs) override;
 
@@ -75,6 +80,7 @@ class FunctionBackend : public Backend {
   SupportFunction supports_;
   bool deterministic_ = true;
   bool batch_invariant_ = false;
+  bool checks_inputs_ = false;
   harness::MatmulPrecision precision_ = harness::MatmulPrecision::kDefault;
 };
 

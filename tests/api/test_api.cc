@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "deltacheck/deltacheck.h"
 #include "deltacheck/gtest.h"
@@ -232,6 +233,51 @@ TEST(ApiBackend, StatusesThrowsAndRefusalsBecomeVerdicts) {
   EXPECT_EQ(r.message, "not today");
 }
 
+TEST(ApiBackend, AFunctionThatWritesIntoItsInputsIsAnErrorWhenItsInputsAreChecked) {
+  // A correct kernel that, on its n-th call, writes into element 77 of its input 'k' after
+  // computing its outputs: the case's own call (copied when prepared), the repeat probe's (the
+  // case's inputs again) and the isolation probe's (a variation, copied when its setup is
+  // built), with and without preparing ahead; and a chunked case, whose calls the runner makes
+  // from pieces of the inputs (copied before each call).
+  std::shared_ptr<dc::Backend> cpu = dc::make_backend("cpu");
+  int calls = 0, write_on = 0;
+  dc::FunctionBackend writer(
+      "writer",
+      [&](const dc::Case& c, const dc::TensorMap& in, dc::TensorMap& out) {
+        const dc::Status st = cpu->run(c, in, out);
+        if (++calls == write_on) {
+          const dc::Tensor& k = in.at("k");
+          const_cast<dc::Tensor&>(k).set(77, k.get(77) + 1.0);
+        }
+        return st;
+      },
+      [&](const dc::Case& c) { return cpu->supports(c); });
+  writer.set_checks_inputs(true);
+  const std::string chunked = dc::parse_case(kPacked).with({{"cache", "chunked"}}).id();
+  for (const bool ahead : {false, true})
+    for (const auto& [id, n, where] :
+         std::vector<std::tuple<std::string, int, std::string>>{{kPacked, 0, ""},
+                                                                {kPacked, 1, ""},
+                                                                {kPacked, 2, "probe repeat: "},
+                                                                {kPacked, 3, "probe isolation: "},
+                                                                {chunked, 2, ""}}) {
+      SCOPED_TRACE(id + ", writing on call " + std::to_string(n) + (ahead ? ", ahead" : ""));
+      dc::RunOptions o;
+      o.prepare_ahead = ahead;
+      calls = 0;
+      write_on = n;
+      const dc::CaseResult r = dc::run({dc::parse_case(id)}, {&writer}, o).at(0);
+      if (n == 0) {  // never: a correct kernel whose inputs are checked passes
+        EXPECT_EQ(r.verdict, Verdict::kPass) << r.message;
+        continue;
+      }
+      EXPECT_EQ(r.verdict, Verdict::kError) << r.message;
+      EXPECT_NE(r.message.find(where + "the backend wrote into its input 'k' (element 77 of "),
+                std::string::npos)
+          << r.message;
+    }
+}
+
 TEST(ApiBackend, GdrBackendPassesACorrectKernelInEveryCacheModeItTakes) {
   auto b = dc::gdr_backend("recurrent", recurrent_kernel);
   for (const std::string id :
@@ -339,6 +385,7 @@ TEST(ApiRun, PreparingAheadChangesNothingButTheWaiting) {
         return leaky_inner->run(c, in, out);
       },
       [&](const dc::Case& c) { return leaky_inner->supports(c); });
+  leaky.set_checks_inputs(true);  // its inputs copied ahead, too: the same verdicts
   auto run = [&](bool ahead) {
     dc::RunOptions o;
     o.prepare_ahead = ahead;

@@ -28,6 +28,29 @@ TEST(Probes, AllPassOnTheCpuKernel) {
   }
 }
 
+// A token-by-token recurrence computes each token the same way however its sequence is cut: the
+// split's two calls give the one-shot bits, judged by the case's own comparison (no split
+// tolerance to compute); the chunked CPU kernel restarts its chunk grid at the cut and is judged
+// against the split's tolerance.
+std::string split_detail(const std::string& backend, const cases::Case& c) {
+  auto b = make_backend(backend);
+  const CaseResult r = run_case(prepare(c), *b, true);
+  EXPECT_EQ(r.verdict, Verdict::kPass) << backend << ": " << r.message;
+  for (const auto& p : r.probes)
+    if (p.name == "split") {
+      EXPECT_EQ(p.verdict, Verdict::kPass) << backend << ": " << p.detail;
+      return p.detail;
+    }
+  ADD_FAILURE() << backend << ": no split probe";
+  return "";
+}
+
+TEST(Probes, ASplitWithTheOneShotBitsIsJudgedByTheOneShotComparison) {
+  const cases::Case c = cases::Case::parse("gdr(layout=packed[100,37,130],HV=4,seed=5)");
+  EXPECT_EQ(split_detail("right:recurrent", c), "bit-identical to the one-shot run");
+  EXPECT_EQ(split_detail("cpu", c), "");  // within the split's own tolerance
+}
+
 TEST(Probes, IgnoringCuSeqlensIsALeakForIsolationAloneAndOrder) {
   auto leaky = make_backend("wrong:ignore-cu-seqlens");
   int seen = 0;
