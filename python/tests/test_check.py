@@ -276,6 +276,28 @@ def test_bf16_crosses_rounded_to_nearest_even():
         _dc.store_bf16(np.zeros(4, np.uint16), values)
 
 
+def test_fp16_outputs_are_rounded_as_numpy_rounds():
+    """fp16 outputs are stored by the extension (NumPy's own cast is slower): the same bits as
+    NumPy's float32 -> float16 (nearest even, subnormals, overflow to infinity), over random bit
+    patterns and the edges."""
+    from deltacheck import _deltacheck as _dc
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 2 ** 32, size=200_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    edges = [0.0, -0.0, 65504.0, 65519.99, 65520.0, -1e9, 5.96e-8, 2.98e-8, 2.99e-8, 6.09e-5,
+             np.inf, -np.inf, np.nan]
+    x = np.concatenate([x, np.array(edges, np.float32),
+                        (rng.standard_normal(100_000) * 1e-5).astype(np.float32)])
+    with np.errstate(all="ignore"):
+        want = x.astype(np.float16)
+    got = np.empty_like(want)
+    _dc.store_f16(got.view(np.uint16), x)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+    with pytest.raises(ValueError, match="3 values for 2 elements"):
+        _dc.store_f16(np.zeros(2, np.uint16), x[:3])
+
+
 def test_gradients_need_torch_and_a_differentiable_convention():
     # gdr_grad differentiates the callable with torch.autograd (docs/python.md, "Gradients")
     ids = dc.select("smoke", r"^gdr_grad\(")

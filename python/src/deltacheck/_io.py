@@ -123,6 +123,9 @@ class NumpyIO:
             raise ValueError(f"output {name}: shape {value.shape} returned, {view.shape} expected")
         if view.dtype == np.uint16:  # bf16 bits: rounded to nearest even by the extension
             _dc.store_bf16(view, np.ascontiguousarray(value, dtype=np.float32))
+        elif view.dtype == np.float16 and value.dtype != np.float16 and view.flags.c_contiguous:
+            # rounded to nearest even by the extension (NumPy's own cast is 4x slower)
+            _dc.store_f16(view.view(np.uint16), np.ascontiguousarray(value, dtype=np.float32))
         else:
             view[...] = value
 
