@@ -238,6 +238,18 @@ std::vector<int64_t> sample_sequences(int64_t n) {
   return s;
 }
 
+// The first tensor of `a` whose bytes differ from b's tensor of the same name (or that b lacks);
+// nullptr when all of them are bit-identical.
+const cases::Tensor* first_difference(const TensorMap& a, const TensorMap& b) {
+  for (const cases::Tensor& t : a.all()) {
+    const cases::Tensor* other = b.find(t.name());
+    if (!other || other->nbytes() != t.nbytes() ||
+        std::memcmp(t.data(), other->data(), t.nbytes()) != 0)
+      return &t;
+  }
+  return nullptr;
+}
+
 // The same case twice. Returns the report and whether the two runs were bit-identical.
 std::pair<ProbeReport, bool> probe_repeat(const PreparedCase& pc, Backend& b,
                                           const TensorMap& outputs, const CaseResult& judged,
@@ -245,12 +257,7 @@ std::pair<ProbeReport, bool> probe_repeat(const PreparedCase& pc, Backend& b,
   Setup su = setups.take(call);  // outputs only: the case's own inputs again
   const Run again = run_once(b, pc.c, pc.inputs, std::move(su.outputs), pc.inputs_copy.get());
   if (!again.error.empty()) return {run_failed("repeat", again), false};
-  const cases::Tensor* differs = nullptr;
-  for (const cases::Tensor& t : outputs.all())
-    if (std::memcmp(t.data(), again.outputs.at(t.name()).data(), t.nbytes()) != 0) {
-      differs = &t;
-      break;
-    }
+  const cases::Tensor* differs = first_difference(outputs, again.outputs);
   if (!differs) return {report("repeat", Verdict::kPass), true};
   if (b.deterministic())
     return {report("repeat", Verdict::kFail,
@@ -530,13 +537,8 @@ ProbeReport probe_split(const PreparedCase& pc, Backend& b, const TensorMap& out
   // Two calls that give exactly the one-shot run's bits: the oracle cannot tell them apart, so the
   // case's own judgement stands for both (a recurrent kernel, which computes each token the same
   // way however its sequence is cut); neither the split's tolerance nor its comparison is needed.
-  bool identical = true;
-  for (const cases::Tensor& t : whole.all()) {
-    const cases::Tensor* one = outputs.find(t.name());
-    identical = identical && one && one->nbytes() == t.nbytes() &&
-                std::memcmp(one->data(), t.data(), t.nbytes()) == 0;
-  }
-  if (identical) return report("split", Verdict::kPass, "bit-identical to the one-shot run");
+  if (!first_difference(whole, outputs))
+    return report("split", Verdict::kPass, "bit-identical to the one-shot run");
   // The tolerance of a split: the baselines run split the same way (a chunked baseline restarts
   // its chunk grid at the cut too), each carrying its own states.
   PreparedCase split{pc.c, {}, pc.expected, {}, pc.outputs};
