@@ -241,13 +241,15 @@ TEST(ApiBackend, AFunctionThatWritesIntoItsInputsIsAnErrorWhenItsInputsAreChecke
   // from pieces of the inputs (copied before each call).
   std::shared_ptr<dc::Backend> cpu = dc::make_backend("cpu");
   int calls = 0, write_on = 0;
+  bool wrote = false;
   dc::FunctionBackend writer(
       "writer",
       [&](const dc::Case& c, const dc::TensorMap& in, dc::TensorMap& out) {
         const dc::Status st = cpu->run(c, in, out);
-        if (++calls == write_on) {
-          const dc::Tensor& k = in.at("k");
+        const dc::Tensor& k = in.at("k");
+        if (++calls == write_on && k.numel() > 77) {  // not the alone call of an empty sequence
           const_cast<dc::Tensor&>(k).set(77, k.get(77) + 1.0);
+          wrote = true;
         }
         return st;
       },
@@ -272,10 +274,40 @@ TEST(ApiBackend, AFunctionThatWritesIntoItsInputsIsAnErrorWhenItsInputsAreChecke
         continue;
       }
       EXPECT_EQ(r.verdict, Verdict::kError) << r.message;
-      EXPECT_NE(r.message.find(where + "the backend wrote into its input 'k' (element 77 of "),
+      // Caught by the call that wrote (not by the next call on the same inputs).
+      EXPECT_EQ(r.message.rfind(where + "the backend wrote into its input 'k' (element 77 of ", 0),
+                0u)
+          << r.message;
+    }
+  // Every call the case makes, whichever probe makes it (most compare the inputs while the
+  // call's outputs are compared, and must still turn the call into an error).
+  calls = 0;
+  write_on = 0;
+  ASSERT_EQ(dc::run({dc::parse_case(kPacked)}, {&writer}, {}).at(0).verdict, Verdict::kPass);
+  const int total = calls;
+  EXPECT_EQ(total, 10);  // the case's, repeat, isolation x 2, alone x 3, order, split x 2
+  int caught = 0;
+  for (const bool ahead : {false, true})
+    for (int n = 1; n <= total; ++n) {
+      SCOPED_TRACE("writing on call " + std::to_string(n) + " of " + std::to_string(total) +
+                   (ahead ? ", ahead" : ""));
+      dc::RunOptions o;
+      o.prepare_ahead = ahead;
+      calls = 0;
+      write_on = n;
+      wrote = false;
+      const dc::CaseResult r = dc::run({dc::parse_case(kPacked)}, {&writer}, o).at(0);
+      if (!wrote) {  // the call of the empty sequence alone: no element 77 to write
+        EXPECT_EQ(r.verdict, Verdict::kPass) << r.message;
+        continue;
+      }
+      ++caught;
+      EXPECT_EQ(r.verdict, Verdict::kError) << r.message;
+      EXPECT_NE(r.message.find("the backend wrote into its input 'k' (element 77 of "),
                 std::string::npos)
           << r.message;
     }
+  EXPECT_EQ(caught, 2 * (total - 1));
 }
 
 TEST(ApiBackend, GdrBackendPassesACorrectKernelInEveryCacheModeItTakes) {
