@@ -328,7 +328,7 @@ def test_bench_splits_the_time_cold_and_warm(capsys):
     warm = capsys.readouterr().out
     for out, label in ((cold, "no cache"), (warm, "warm cache")):
         assert label in out, out
-        for line in ("route", "harness", "overhead", "process CPU"):
+        for line in ("route", "harness", "overhead", "ratio", "process CPU"):
             assert f"  {line}" in out, out
     assert bench.main(["--filter", few[0], "--warm",
                        "--kernel", "deltacheck.examples:recurrent_gdr_no_reset"]) == 1

@@ -9,6 +9,7 @@ On the same cases, in one run:
             --no-prepare-ahead), which `deltacheck run` pays too; measured beside it with
             deltacheck's own "cpu" backend (one case at a time, its inputs not checked)
   overhead  per case: everything outside the callable (harness + route x calls per case)
+  ratio     overhead / the C++ runner's harness on the same cases in the same run
   process CPU  the same split in process CPU time (all threads), which a loaded machine does not
             inflate: the figure to compare between runs
 The callable: deltacheck.examples.recurrent_gdr (NumPy), or --kernel MODULE:FUNCTION.
@@ -104,6 +105,8 @@ def main(argv=None):
     print(f"  harness        {1e3 * harness:8.2f} ms/case  (same cases on the C++ cpu backend: "
           f"{1e3 * harness_cpu_backend:.2f} ms/case)")
     print(f"  overhead       {1e3 * overhead:8.2f} ms/case  (everything outside the callable)")
+    print(f"  ratio          {overhead / max(harness_cpu_backend, 1e-9):8.2f}          (overhead / the "
+          f"C++ cpu backend's harness in this run: less moved by the machine's speed than either)")
     print(f"  process CPU    {1e3 * (cpu - cpu_callable) / n:8.2f} ms/case outside the "
           f"callable, {1e3 * cpu_callable / n:.2f} inside (all threads; the wall figures above "
           f"are inflated by load, CPU time is not)")
