@@ -279,8 +279,7 @@ TEST(ApiBackend, AFunctionThatWritesIntoItsInputsIsAnErrorWhenItsInputsAreChecke
                 0u)
           << r.message;
     }
-  // Every call the case makes, whichever probe makes it (most compare the inputs while the
-  // call's outputs are compared, and must still turn the call into an error).
+  // Every call the case makes, whichever probe makes it: a write into its inputs is an error.
   calls = 0;
   write_on = 0;
   ASSERT_EQ(dc::run({dc::parse_case(kPacked)}, {&writer}, {}).at(0).verdict, Verdict::kPass);
