@@ -103,7 +103,9 @@ StatusOr<SafeDir> SafeDir::sub(std::string_view name, bool create) const {
 // Opens `name` for reading when it is a regular file with one name. The type is looked at before
 // the open (so a device is never opened: opening some has effects) and again on the descriptor
 // (what was opened is what is read, whatever was swapped in between).
-StatusOr<UniqueFd> SafeDir::open_regular(std::string_view name, struct stat* st) const {
+StatusOr<UniqueFd> SafeDir::open_read(std::string_view name, struct stat* given) const {
+  struct stat own {};
+  struct stat* st = given ? given : &own;
   Status named = check_name(path_, name);
   if (!named.ok()) return named;
   const std::string n(name), path = path_of(name);
@@ -127,7 +129,7 @@ StatusOr<UniqueFd> SafeDir::open_regular(std::string_view name, struct stat* st)
 
 StatusOr<std::string> SafeDir::read(std::string_view name, size_t max_bytes) const {
   struct stat st {};
-  StatusOr<UniqueFd> f = open_regular(name, &st);
+  StatusOr<UniqueFd> f = open_read(name, &st);
   if (!f.ok()) return f.status();
   const std::string path = path_of(name);
   const auto size = static_cast<unsigned long long>(st.st_size);
@@ -153,31 +155,19 @@ StatusOr<std::string> SafeDir::read(std::string_view name, size_t max_bytes) con
 }
 
 StatusOr<std::string> SafeDir::read_tail(std::string_view name, size_t max_bytes) const {
-  struct stat st {};
-  StatusOr<UniqueFd> f = open_regular(name, &st);
+  StatusOr<UniqueFd> f = open_read(name);
   if (!f.ok()) return f.status();
-  const auto size = static_cast<unsigned long long>(st.st_size);
-  const unsigned long long from = size > max_bytes ? size - max_bytes : 0;
-  std::string text(static_cast<size_t>(size - from), '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::pread(f.value().get(), text.data() + got, text.size() - got,
-                              static_cast<off_t>(from + got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::InvalidArgument(path_of(name) + ": " + errno_text(errno));
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  text.resize(got);
-  return text;
+  StatusOr<std::string> tail = cases::read_tail(f.value().get(), max_bytes);
+  if (!tail.ok()) return Status::InvalidArgument(path_of(name) + ": " + tail.status().message());
+  return tail;
 }
 
 StatusOr<UniqueFd> SafeDir::open_write(std::string_view name, int flags, mode_t mode) const {
   Status named = check_name(path_, name);
   if (!named.ok()) return named;
   const std::string n(name), path = path_of(name);
-  if ((flags & ~(O_TRUNC | O_APPEND | O_EXCL)) != 0)
-    return Status::Internal(path + ": open_write takes only O_TRUNC, O_APPEND and O_EXCL");
+  if ((flags & ~(O_TRUNC | O_APPEND | O_EXCL | O_RDWR)) != 0)
+    return Status::Internal(path + ": open_write takes only O_TRUNC, O_APPEND, O_EXCL and O_RDWR");
   struct stat st {};
   if (::fstatat(fd(), n.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
     const std::string kind = kind_of(st);
@@ -186,8 +176,8 @@ StatusOr<UniqueFd> SafeDir::open_write(std::string_view name, int flags, mode_t 
   // Without O_TRUNC: what was opened is checked before a byte of it is lost. O_NONBLOCK: a FIFO
   // swapped in since the check fails the open (no reader) or is refused below, never waited on.
   UniqueFd f(::openat(fd(), n.c_str(),
-                      O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY |
-                          (flags & (O_APPEND | O_EXCL)),
+                      ((flags & O_RDWR) != 0 ? O_RDWR : O_WRONLY) | O_CREAT | O_CLOEXEC |
+                          O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | (flags & (O_APPEND | O_EXCL)),
                       mode));
   if (!f) {
     if (errno == ELOOP) return not_regular(path, "a symbolic link");
@@ -225,6 +215,26 @@ bool SafeDir::exists(std::string_view name) const {
   if (!check_name(path_, name).ok()) return false;
   struct stat st {};
   return ::fstatat(fd(), std::string(name).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+StatusOr<std::string> read_tail(int fd, size_t max_bytes) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Status::InvalidArgument(errno_text(errno));
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument("not a regular file");
+  const auto size = static_cast<unsigned long long>(st.st_size);
+  const unsigned long long from = size > max_bytes ? size - max_bytes : 0;
+  std::string text(static_cast<size_t>(size - from), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n =
+        ::pread(fd, text.data() + got, text.size() - got, static_cast<off_t>(from + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::InvalidArgument(errno_text(errno));
+    if (n == 0) break;  // shrank meanwhile: what is there
+    got += static_cast<size_t>(n);
+  }
+  text.resize(got);
+  return text;
 }
 
 bool is_not_found(const Status& s) {

@@ -66,10 +66,15 @@ class SafeDir {
   // size is read, only its tail, with pread: a file that grows meanwhile costs nothing more).
   StatusOr<std::string> read_tail(std::string_view name, size_t max_bytes) const;
   // Opens a regular file of this folder for writing: O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW |
-  // O_NONBLOCK plus `flags` (any of O_TRUNC, O_APPEND, O_EXCL; others are refused). A link, FIFO,
+  // O_NONBLOCK plus `flags` (any of O_TRUNC, O_APPEND, O_EXCL, and O_RDWR for a descriptor that
+  // can also be read back, with read_tail(fd) below; others are refused). A link, FIFO,
   // device, folder or hard link in its place is refused BEFORE anything is truncated (opened
   // without O_TRUNC, checked with fstat, then ftruncate).
   StatusOr<UniqueFd> open_write(std::string_view name, int flags, mode_t mode = 0600) const;
+  // Opens a regular file of this folder for reading (the same refusals as read(); `st`, when
+  // given, receives its fstat): for readers that need a descriptor (HDF5 reads {out} through
+  // /proc/self/fd/N, so what was checked is what is read).
+  StatusOr<UniqueFd> open_read(std::string_view name, struct stat* st = nullptr) const;
   Status rename(std::string_view from, std::string_view to) const;  // renameat within this folder
   Status remove(std::string_view name) const;                       // unlinkat, never follows
   bool exists(std::string_view name) const;  // fstatat AT_SYMLINK_NOFOLLOW: a link counts
@@ -81,11 +86,14 @@ class SafeDir {
  private:
   SafeDir(std::shared_ptr<const UniqueFd> fd, std::string path)
       : fd_(std::move(fd)), path_(std::move(path)) {}
-  StatusOr<UniqueFd> open_regular(std::string_view name, struct stat* st) const;
-
   std::shared_ptr<const UniqueFd> fd_;
   std::string path_;
 };
+
+// The last max_bytes bytes of the regular file open at `fd` (read with pread: the offset of a
+// descriptor shared with a child is left alone). For a file deltacheck made and still holds, such
+// as a candidate's stderr: whatever the candidate then does to the file's name changes nothing.
+StatusOr<std::string> read_tail(int fd, size_t max_bytes);
 
 // Whether `s` is SafeDir::read's or read_tail's answer for a file that is not there (a cache miss,
 // not a refusal). StatusCode has no kNotFound: harness/isolation.cc switches over every code.

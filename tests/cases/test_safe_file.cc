@@ -215,5 +215,28 @@ TEST_F(SafeFile, AFileThatGrowsWhileReadIsRefused) {
   expect_refused(proc.value().read("status", 1 << 20).status(), "grew while it was read");
 }
 
+TEST_F(SafeFile, AHeldFileIsReadWhateverIsDoneToItsName) {
+  // deltacheck makes the file, hands the descriptor to the candidate and reads the tail through
+  // its own descriptor: a link put in the name's place later is never looked at.
+  StatusOr<UniqueFd> f = dir().open_write("stderr.txt", O_RDWR | O_TRUNC | O_APPEND);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  ASSERT_EQ(::write(f.value().get(), "first\nlast line\n", 16), 16);
+  ASSERT_TRUE(dir().remove("stderr.txt").ok());
+  fs::create_symlink(canary_, inside_ + "/stderr.txt");
+  StatusOr<std::string> tail = read_tail(f.value().get(), 10);
+  ASSERT_TRUE(tail.ok()) << tail.status().message();
+  EXPECT_EQ(tail.value(), "last line\n");
+  EXPECT_EQ(read_tail(f.value().get(), 1000).value(), "first\nlast line\n");
+  EXPECT_FALSE(read_tail(-1, 10).ok());
+  EXPECT_FALSE(dir().open_write("x", O_RDONLY | O_DIRECTORY).ok());  // flags beyond the four
+  // open_read: the descriptor of what was checked, and its size.
+  write(inside_ + "/out.h5", "12345");
+  struct stat st {};
+  StatusOr<UniqueFd> r = dir().open_read("out.h5", &st);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(st.st_size, 5);
+  expect_refused(dir().open_read("stderr.txt").status(), "a symbolic link");
+}
+
 }  // namespace
 }  // namespace deltacheck::cases
