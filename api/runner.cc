@@ -12,7 +12,7 @@ harness::RunOptions harness_options(const RunOptions& o) {
   h.probes = o.probes;
   h.max_memory_bytes = o.max_memory_bytes;
   h.on_failure = o.on_failure;
-  h.cache = harness::open_expectation_cache(o.cache_dir);
+  h.cache = o.cache ? o.cache : harness::open_expectation_cache(o.cache_dir);
   h.prepare_ahead = o.prepare_ahead;
   return h;
 }

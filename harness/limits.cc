@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "cases/generate.h"
+#include "harness/expectation_cache.h"
 #include "harness/op_names.h"
 
 namespace deltacheck::harness {
@@ -70,7 +71,7 @@ std::string format_bytes(double bytes) {
   return fmt::format("{:.1f} kB", bytes / 1e3);
 }
 
-MemoryEstimate estimate_case_memory(const cases::Case& c) {
+MemoryEstimate estimate_case_memory(const cases::Case& c, bool expectation_cache) {
   MemoryEstimate m;
   m.inputs = static_cast<double>(cases::estimate_input_bytes(c));
   double out_storage = 0, out_doubles = 0;
@@ -87,16 +88,23 @@ MemoryEstimate estimate_case_memory(const cases::Case& c) {
   // under a TF32 declaration), the judge's copy of the output, the probes' cut expectation and
   // baselines.
   m.total = 6 * m.inputs + 2 * out_storage + 11 * out_doubles;
+  // The cache's read buffer (or the entry held until the case's calls are done).
+  if (expectation_cache)
+    m.cache = static_cast<double>(ExpectationCache::max_payload_bytes(c) +
+                                  ExpectationCache::kFileOverheadBytes);
+  m.total += m.cache;
   return m;
 }
 
-std::string memory_refusal(const cases::Case& c, int64_t limit_bytes) {
+std::string memory_refusal(const cases::Case& c, int64_t limit_bytes, bool expectation_cache) {
   if (limit_bytes <= 0) return "";
-  const MemoryEstimate m = estimate_case_memory(c);
+  const MemoryEstimate m = estimate_case_memory(c, expectation_cache);
   if (m.total <= static_cast<double>(limit_bytes)) return "";
-  return fmt::format("needs about {} (inputs {}, outputs {}), over --max-memory {}",
-                     format_bytes(m.total), format_bytes(m.inputs), format_bytes(m.outputs),
-                     format_bytes(static_cast<double>(limit_bytes)));
+  return fmt::format(
+      "needs about {} (inputs {}, outputs {}{}), over --max-memory {}", format_bytes(m.total),
+      format_bytes(m.inputs), format_bytes(m.outputs),
+      m.cache > 0 ? ", expectation cache entry " + format_bytes(m.cache) : std::string(),
+      format_bytes(static_cast<double>(limit_bytes)));
 }
 
 }  // namespace deltacheck::harness

@@ -22,13 +22,16 @@ std::string format_bytes(double bytes);  // "1.2 GB"
 // Peak memory of running a case, from its shapes alone (no allocation): the inputs and the
 // outputs (with guard bands), the FP64 expectation and baseline, the FP64 copies the oracle and
 // the judge make, and the repacked copies of the leakage probes. A conservative estimate.
+// With an expectation cache, also the most an entry read (or held until written) can take: an
+// entry is never read past that bound (ExpectationCache::max_payload_bytes).
 struct MemoryEstimate {
-  double inputs = 0, outputs = 0, total = 0;
+  double inputs = 0, outputs = 0, cache = 0, total = 0;
 };
-MemoryEstimate estimate_case_memory(const cases::Case& c);
+MemoryEstimate estimate_case_memory(const cases::Case& c, bool expectation_cache = false);
 
 // Empty when the case fits in `limit_bytes` (0: no limit), else why not, e.g. "needs about
 // 41.2 GB (inputs 10.3 GB, outputs 2.1 GB), over --max-memory 11.7 GB".
-std::string memory_refusal(const cases::Case& c, int64_t limit_bytes);
+std::string memory_refusal(const cases::Case& c, int64_t limit_bytes,
+                           bool expectation_cache = false);
 
 }  // namespace deltacheck::harness

@@ -78,7 +78,7 @@ bool is_failure(Verdict v) {
 }
 
 PreparedCase prepare(const cases::Case& c, const cases::GenOptions& options,
-                     std::shared_ptr<const ExpectationCache> cache) {
+                     std::shared_ptr<const ExpectationCache> cache, bool defer_store) {
   const Operation& op = operation_for(c);
   PreparedCase pc{c, {}, {}, {}, op.outputs(c)};
   bool computed = false;
@@ -97,14 +97,25 @@ PreparedCase prepare(const cases::Case& c, const cases::GenOptions& options,
   }
   // A hit leaves pc.baselines empty (the cache keeps their errors, not their values):
   // baselines_of() recomputes them where a failure needs them.
-  ExpectationCache::Prepared p = cache->prepared(c, options, pc.precision, compute);
+  ExpectationCache::Unwritten unwritten;
+  ExpectationCache::Prepared p =
+      cache->prepared(c, options, pc.precision, compute, defer_store ? &unwritten : nullptr);
   if (!computed) {
     pc.inputs = std::move(p.inputs);
     pc.expected = std::move(p.expected);
     pc.baseline_errors = std::move(p.errors);
+  } else if (defer_store) {
+    pc.unwritten = std::make_shared<ExpectationCache::Unwritten>(std::move(unwritten));
   }
   pc.cache = std::move(cache);
   return pc;
+}
+
+void write_cache_entry(const PreparedCase& pc) {
+  if (!pc.unwritten || !pc.cache || pc.unwritten->key.empty()) return;
+  ExpectationCache::Unwritten entry = std::move(*pc.unwritten);
+  pc.unwritten->key.clear();
+  pc.cache->write(std::move(entry));
 }
 
 std::vector<Baseline> baselines_of(const PreparedCase& pc) {
@@ -806,7 +817,8 @@ std::vector<CaseResult> run_all(const std::vector<cases::Case>& cs,
     // --max-memory: a case that would not fit is skipped before anything is allocated.
     std::string too_big;
     try {
-      if (any_supported) too_big = memory_refusal(cs[i], options.max_memory_bytes);
+      if (any_supported)
+        too_big = memory_refusal(cs[i], options.max_memory_bytes, options.cache != nullptr);
     } catch (const std::exception&) {  // prepare() reports what is wrong with the case
     }
     if (!too_big.empty())
@@ -824,6 +836,8 @@ std::vector<CaseResult> run_all(const std::vector<cases::Case>& cs,
       const PreparedCase pc = prepared();
       for (Backend* b : backends)
         rs.push_back(run_case(pc, *b, options.probes, options.on_failure, ahead));
+      // Only now, with every call of the case made, is its expectation written to the cache.
+      write_cache_entry(pc);
     } catch (const std::exception& e) {
       rs = not_run_results(i, Verdict::kError, [&](Backend&) {
         return std::string("could not prepare the case: ") + e.what();
@@ -842,7 +856,7 @@ std::vector<CaseResult> run_all(const std::vector<cases::Case>& cs,
   bool copy_inputs = false;
   for (const Backend* b : backends) copy_inputs = copy_inputs || b->checks_inputs();
   auto prepare_case = [&](size_t i) {
-    PreparedCase pc = prepare(cs[i], {}, options.cache);
+    PreparedCase pc = prepare(cs[i], {}, options.cache, /*defer_store=*/true);
     if (copy_inputs && one_call(pc.c))
       pc.inputs_copy = std::make_shared<const InputCopy>(pc.inputs);
     return pc;

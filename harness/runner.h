@@ -34,6 +34,9 @@ struct PreparedCase {
   MatmulPrecision precision = MatmulPrecision::kDefault;
   // Where the probes look up and store what they derive from the case (null: no cache).
   std::shared_ptr<const ExpectationCache> cache = nullptr;
+  // The case's own cache entry, computed by prepare(..., defer_store = true) and written by
+  // write_cache_entry() once the case's calls are done (null: none to write).
+  std::shared_ptr<ExpectationCache::Unwritten> unwritten = nullptr;
   // With one job: the next case is prepared on another thread while this one runs, and each
   // probe call's inputs while the call before it runs (run_all).
   bool prepare_ahead = false;
@@ -53,9 +56,14 @@ std::vector<Baseline> baselines_of(const PreparedCase& pc);
 
 // Generates inputs and computes the oracle and baseline. Throws on invalid cases. `salts`
 // regenerate chosen sequences (cases::GenOptions). With a cache, reads them from it when a run
-// of the same build prepared the same case before (harness/expectation_cache.h).
+// of the same build prepared the same case before (harness/expectation_cache.h), else stores
+// them there: at once, or with `defer_store` when write_cache_entry() is called (run_all: after
+// the case's calls, so no entry of a case exists while a candidate runs it on a cold run).
 PreparedCase prepare(const cases::Case& c, const cases::GenOptions& options = {},
-                     std::shared_ptr<const ExpectationCache> cache = nullptr);
+                     std::shared_ptr<const ExpectationCache> cache = nullptr,
+                     bool defer_store = false);
+// Writes the cache entry prepare(..., defer_store = true) left in pc (once; nothing when none).
+void write_cache_entry(const PreparedCase& pc);
 
 // Allocates a case's outputs with guard bands, poisoned.
 cases::TensorMap allocate_outputs(const std::vector<OutputSpec>& specs);

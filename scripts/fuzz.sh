@@ -21,7 +21,7 @@ BUILD_DIR="${BUILD_DIR:-build-fuzz}"
 SECONDS_EACH="${FUZZ_SECONDS:-30}"
 SEED="${FUZZ_SEED:-1}"
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(case_id fixture_reader external_output report_merge)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(case_id fixture_reader external_output report_merge cache_entry)
 
 if ! command -v clang++ >/dev/null; then
   echo "deltacheck: error: clang++ not found (apt-get install clang libclang-rt-dev)" >&2

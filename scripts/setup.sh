@@ -12,6 +12,7 @@ PACKAGES=(
   libtorch-dev libopenblas0-pthread     # LibTorch 1.13 (CPU); OpenBLAS, or torch uses a 25x slower BLAS
   libhdf5-dev libfmt-dev nlohmann-json3-dev libcli11-dev
   libre2-dev                            # --filter: linear-time regexes (cases/id_filter.h)
+  libsodium-dev                         # --cache-dir: entries encrypted and authenticated (harness/expectation_cache.h)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3
   python3-venv                          # adapters/python/check.sh: the example adapter's venv

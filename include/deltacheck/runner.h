@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,12 @@
 #include "harness/runner.h"
 
 namespace deltacheck {
+
+// The cross-run expectation cache; open_expectation_cache(dir) opens it and its key (null for
+// ""), throwing std::runtime_error with one line naming what is unusable: a caller can check
+// before printing anything.
+using harness::ExpectationCache;
+using harness::open_expectation_cache;
 
 // A case ready to run: the case, its inputs, the FP64 expectation, the output specs and the
 // same-precision baselines (what a failure dump stores; prepare_stored() in deltacheck/golden.h
@@ -37,7 +44,12 @@ struct RunOptions {
   // A directory for the cross-run expectation cache ("" : none): inputs, FP64 expectations and
   // baselines of cases prepared before by the same build are read instead of recomputed
   // (docs/performance.md, "Expectation cache"). Verdicts are identical with and without it.
+  // Entries are encrypted and authenticated with the key of DELTACHECK_CACHE_KEY_FILE (default
+  // $XDG_STATE_HOME or ~/.local/state: deltacheck/cache.key, made on first use); run() throws
+  // std::runtime_error when the directory or the key file is unusable.
   std::string cache_dir;
+  // The cache opened already (open_expectation_cache): used instead of cache_dir when set.
+  std::shared_ptr<const ExpectationCache> cache = nullptr;
   // With one job: the next case is prepared (inputs, expectation, baselines) on another thread
   // while the current one runs, so a backend that leaves the CPU to deltacheck (a Python
   // callable, an external program, a GPU kernel) waits less between cases. Backends are still

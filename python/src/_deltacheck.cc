@@ -345,6 +345,12 @@ NB_MODULE(_deltacheck, m) {
       .def_ro("seconds_callable", &RunStats::seconds_callable)
       .def_ro("seconds_calls", &RunStats::seconds_calls)
       .def_ro("calls", &RunStats::calls);
+  // Opens the expectation cache in `cache_dir` and its key file (RuntimeError, one line, when
+  // either is unusable): the pytest plugin checks before collecting.
+  m.def(
+      "check_cache",
+      [](const std::string& cache_dir) { (void)deltacheck::open_expectation_cache(cache_dir); },
+      nb::arg("cache_dir"));
   m.def("run_builtin", &run_builtin, nb::arg("ids"), nb::arg("backend"), nb::arg("probes") = true,
         nb::arg("cache_dir") = "");
   m.def("run", &run_cases, nb::arg("ids"), nb::arg("backend"), nb::arg("probes") = true,

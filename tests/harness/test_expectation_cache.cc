@@ -1,6 +1,8 @@
 // The cross-run expectation cache: a warm run gives the same bits and the same verdicts as a cold
-// one, wrong implementations keep their verdicts, and a damaged or foreign entry is never used.
+// one, wrong implementations keep their verdicts, and a damaged or foreign entry is never used
+// (hostile directories and the key file: test_expectation_cache_hostile.cc).
 #include <gtest/gtest.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -27,8 +29,15 @@ class ExpectationCacheTest : public ::testing::Test {
            ("deltacheck-cache-test-" + std::to_string(::getpid()) + "-" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
+    // The cache's key outside its folder, and not the user's own (harness/cache_key.h).
+    key_ = dir_.string() + ".key";
+    ::setenv("DELTACHECK_CACHE_KEY_FILE", key_.c_str(), 1);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    fs::remove_all(dir_);
+    fs::remove(key_);
+    ::unsetenv("DELTACHECK_CACHE_KEY_FILE");
+  }
 
   std::vector<fs::path> entries() const {
     std::vector<fs::path> out;
@@ -38,6 +47,7 @@ class ExpectationCacheTest : public ::testing::Test {
   }
 
   fs::path dir_;
+  std::string key_;
 };
 
 bool same_bits(const cases::TensorMap& a, const cases::TensorMap& b) {

@@ -110,7 +110,7 @@ std::vector<std::unique_ptr<Backend>> make_backends(const BackendSelection& b);
 // explicitly (--case, a fixture) is a usage error: "case '<id>': needs about ..., over ...".
 void add_max_memory_option(CLI::App* app, std::string& max_memory);
 int64_t max_memory_bytes(const std::string& max_memory);
-void refuse_if_too_big(const Case& c, int64_t max_memory_bytes);
+void refuse_if_too_big(const Case& c, int64_t max_memory_bytes, bool expectation_cache = false);
 
 Command add_run_command(CLI::App& app);
 Command add_list_command(CLI::App& app);

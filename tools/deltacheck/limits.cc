@@ -24,10 +24,10 @@ int64_t max_memory_bytes(const std::string& max_memory) {
   }
 }
 
-void refuse_if_too_big(const Case& c, int64_t max_memory_bytes) {
+void refuse_if_too_big(const Case& c, int64_t max_memory_bytes, bool expectation_cache) {
   std::string why;
   try {
-    why = memory_refusal(c, max_memory_bytes);
+    why = memory_refusal(c, max_memory_bytes, expectation_cache);
   } catch (const std::exception& e) {
     throw UsageError("case '" + c.id() + "': " + e.what());
   }

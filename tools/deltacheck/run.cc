@@ -27,11 +27,15 @@ int run(const RunArgs& a) {
   if (a.prepare_ahead && a.jobs > 1)
     throw UsageError("--prepare-ahead is for one job: with --jobs " + std::to_string(a.jobs) +
                      " cases overlap already");
+  // The expectation cache and its key are opened before anything is printed: an unusable one is
+  // one line on stderr and exit 2, nothing on stdout.
+  RunOptions ropt;
+  ropt.cache = open_expectation_cache(a.cache_dir);
   // Cases named explicitly must fit (exit 2 before anything runs); a suite's case that does not
   // is skipped by the runner with the reason.
   const int64_t max_memory = max_memory_bytes(a.backends.max_memory);
   if (!a.sel.case_ids.empty())
-    for (const Case& c : cs) refuse_if_too_big(c, max_memory);
+    for (const Case& c : cs) refuse_if_too_big(c, max_memory, ropt.cache != nullptr);
   const auto owned = make_backends(a.backends);
   std::vector<Backend*> backends;
   for (const auto& b : owned) backends.push_back(b.get());
@@ -42,12 +46,10 @@ int run(const RunArgs& a) {
                                                     sel.shard_count, sel.total)
                                       : ""));
   sink.describe_run(a.sel, sel, a.backends);
-  RunOptions ropt;
   ropt.on_failure = sink.failure_hook();
   ropt.jobs = a.jobs;
   ropt.probes = !a.no_probes;
   ropt.max_memory_bytes = max_memory;
-  ropt.cache_dir = a.cache_dir;
   ropt.prepare_ahead = a.prepare_ahead;
   const auto results =
       deltacheck::run(cs, backends, ropt, [&](const auto& r) { sink.on_result(r); });
@@ -71,7 +73,9 @@ Command add_run_command(CLI::App& app) {
                 "program, a GPU); the same results");
   cmd->add_option("--cache-dir", args->cache_dir,
                   "keep inputs, FP64 expectations and baselines here across runs of the same "
-                  "build (docs/performance.md; verdicts are the same without it)")
+                  "build, encrypted and authenticated with the key in DELTACHECK_CACHE_KEY_FILE "
+                  "(default ~/.local/state/deltacheck/cache.key, made on first use; "
+                  "docs/performance.md; verdicts are the same without it)")
       ->envname("DELTACHECK_CACHE_DIR");
   return {cmd, [args] { return run(*args); }};
 }

@@ -8,6 +8,7 @@ shows the verdict's row and reason line (a leak: sequence, first wrong token, ma
 rerun lines; an unsupported case is skipped with its reason."""
 import importlib
 import os
+import warnings
 
 import pytest
 from _pytest.runner import collect_one_node
@@ -58,13 +59,26 @@ def _load(spec, what):
 
 def _cache_dir(config):
     """--deltacheck-cache-dir, else DELTACHECK_CACHE_DIR, else a folder of pytest's cache (which
-    --cache-clear empties), else none."""
+    --cache-clear empties), else none. The cache and its key file are opened here: a cache asked
+    for that cannot be used is a usage error; pytest's own folder, when its key cannot be made
+    (no writable home), leaves the cache off with a warning."""
+    from ._deltacheck import check_cache
     d = config.getoption("deltacheck_cache_dir")
     if d is None:
         d = os.environ.get("DELTACHECK_CACHE_DIR")
+    asked = d is not None
     if d is None and getattr(config, "cache", None) is not None:
         d = str(config.cache.mkdir("deltacheck-expectations"))
-    return "" if d is None or d == "none" else d
+    if d is None or d == "none":
+        return ""
+    try:
+        check_cache(d)
+    except RuntimeError as e:
+        if asked:
+            raise pytest.UsageError(f"deltacheck: {e}") from None
+        warnings.warn(f"deltacheck: the expectation cache is off: {e}")
+        return ""
+    return d
 
 
 class DeltacheckItem(pytest.Item):

@@ -1,0 +1,242 @@
+// Files in folders a candidate can write (cases/safe_file.h): whatever stands in a file's place (a
+// link to a file or folder outside, a FIFO nobody writes, /dev/zero, a hard link, a file over the
+// limit or one that grows while read) is refused promptly, and a refused write leaves what the
+// link points at as it was.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "cases/safe_file.h"
+#include "tests/deadline.h"
+
+namespace deltacheck::cases {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A folder removed with its contents at the end of the test: `inside` is the folder a candidate
+// could write, `outside` holds the user's files it must not reach.
+class SafeFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string t = fs::temp_directory_path().string() + "/deltacheck-safe-file-XXXXXX";
+    ASSERT_NE(mkdtemp(t.data()), nullptr);
+    root_ = t;
+    inside_ = root_ + "/inside";
+    outside_ = root_ + "/outside";
+    fs::create_directories(inside_);
+    fs::create_directories(outside_);
+    canary_ = outside_ + "/canary.txt";
+    write(canary_, kCanary);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  static void write(const std::string& path, const std::string& text) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+  }
+  static std::string slurp(const std::string& path) {
+    std::ostringstream s;
+    s << std::ifstream(path, std::ios::binary).rdbuf();
+    return s.str();
+  }
+  SafeDir dir() const {
+    StatusOr<SafeDir> d = SafeDir::open(inside_, false);
+    EXPECT_TRUE(d.ok()) << d.status().message();
+    return d.take();
+  }
+
+  static constexpr const char* kCanary = "the user's secret, line 1\nline 2 secret\n";
+  std::string root_, inside_, outside_, canary_;
+};
+
+void expect_refused(const Status& s, const std::string& rule) {
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(rule), std::string::npos) << s.message();
+  EXPECT_FALSE(is_not_found(s)) << s.message();
+}
+
+TEST_F(SafeFile, RegularFilesRoundTrip) {
+  StatusOr<SafeDir> made = SafeDir::open(root_ + "/a/b/c", true);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  EXPECT_EQ(fs::status(root_ + "/a/b").permissions() & fs::perms::all, fs::perms::owner_all);
+  const SafeDir d = made.take();
+  {
+    StatusOr<UniqueFd> f = d.open_write("x.txt", O_TRUNC);
+    ASSERT_TRUE(f.ok()) << f.status().message();
+    ASSERT_EQ(::write(f.value().get(), "hello, world", 12), 12);
+  }
+  StatusOr<std::string> r = d.read("x.txt", 12);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r.value(), "hello, world");
+  EXPECT_EQ(d.read_tail("x.txt", 5).value(), "world");
+  EXPECT_EQ(d.read_tail("x.txt", 100).value(), "hello, world");
+  {
+    StatusOr<UniqueFd> f = d.open_write("x.txt", O_APPEND);
+    ASSERT_TRUE(f.ok()) << f.status().message();
+    ASSERT_EQ(::write(f.value().get(), "!", 1), 1);
+  }
+  EXPECT_EQ(d.read("x.txt", 100).value(), "hello, world!");
+  EXPECT_FALSE(d.open_write("x.txt", O_EXCL).ok());  // exists
+  ASSERT_TRUE(d.open_write("x.txt", O_TRUNC).ok());
+  EXPECT_EQ(d.read("x.txt", 100).value(), "");
+
+  ASSERT_TRUE(d.rename("x.txt", "y.txt").ok());
+  EXPECT_FALSE(d.exists("x.txt"));
+  EXPECT_TRUE(d.exists("y.txt"));
+  ASSERT_TRUE(d.remove("y.txt").ok());
+  EXPECT_FALSE(d.exists("y.txt"));
+
+  StatusOr<SafeDir> sub = d.sub("s", true);
+  ASSERT_TRUE(sub.ok()) << sub.status().message();
+  EXPECT_EQ(sub.value().path(), root_ + "/a/b/c/s");
+  ASSERT_TRUE(sub.value().open_write("z", O_EXCL).ok());
+  EXPECT_TRUE(fs::is_regular_file(root_ + "/a/b/c/s/z"));
+}
+
+TEST_F(SafeFile, AMissingFileIsNotFoundNotARefusal) {
+  StatusOr<std::string> r = dir().read("missing", 10);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(is_not_found(r.status())) << r.status().message();
+  EXPECT_TRUE(is_not_found(dir().read_tail("missing", 10).status()));
+  EXPECT_FALSE(is_not_found(Status::Ok()));
+  EXPECT_FALSE(dir().exists("missing"));
+}
+
+TEST_F(SafeFile, ALinkToAFileOutsideIsNotRead) {
+  fs::create_symlink(canary_, inside_ + "/stderr.txt");
+  for (const Status& s : {dir().read("stderr.txt", 1 << 20).status(),
+                          dir().read_tail("stderr.txt", 1 << 20).status()}) {
+    expect_refused(s, inside_ + "/stderr.txt: a symbolic link, not a regular file");
+    EXPECT_EQ(s.message().find("secret"), std::string::npos);
+  }
+  EXPECT_TRUE(dir().exists("stderr.txt"));  // the link itself is there
+  EXPECT_EQ(not_regular_kind(dir(), "stderr.txt"), "a symbolic link");
+}
+
+TEST_F(SafeFile, AWriteThroughALinkIsRefusedBeforeAnythingIsTruncated) {
+  fs::create_symlink(canary_, inside_ + "/stderr.txt");
+  for (int flags : {O_TRUNC, O_APPEND, 0, O_EXCL})
+    EXPECT_FALSE(dir().open_write("stderr.txt", flags).ok()) << flags;
+  expect_refused(dir().open_write("stderr.txt", O_TRUNC).status(), "a symbolic link");
+  EXPECT_EQ(slurp(canary_), kCanary);
+  // Removing or renaming the link touches the link, not its target.
+  ASSERT_TRUE(dir().rename("stderr.txt", "moved").ok());
+  ASSERT_TRUE(dir().remove("moved").ok());
+  EXPECT_EQ(slurp(canary_), kCanary);
+}
+
+TEST_F(SafeFile, AHardLinkToAFileOutsideIsNeitherReadNorTruncated) {
+  std::error_code ec;
+  fs::create_hard_link(canary_, inside_ + "/stderr.txt", ec);
+  if (ec) GTEST_SKIP() << "no hard links here: " << ec.message();
+  expect_refused(dir().read_tail("stderr.txt", 100).status(), "more than one name");
+  expect_refused(dir().open_write("stderr.txt", O_TRUNC).status(), "more than one name");
+  EXPECT_EQ(slurp(canary_), kCanary);
+  EXPECT_EQ(not_regular_kind(dir(), "stderr.txt"), "a hard link");
+}
+
+TEST_F(SafeFile, ALinkOrAFileInAFoldersPlaceIsRefused) {
+  fs::create_symlink(outside_, inside_ + "/cache");
+  for (bool create : {false, true})
+    expect_refused(dir().sub("cache", create).status(), "a symbolic link, not a folder");
+  expect_refused(dir().read("cache", 100).status(), "a symbolic link");
+  write(inside_ + "/plain", "x");
+  expect_refused(dir().sub("plain", true).status(), "not a folder");
+  fs::create_directory(inside_ + "/folder");
+  expect_refused(dir().read("folder", 100).status(), "a folder, not a regular file");
+  expect_refused(dir().open_write("folder", O_TRUNC).status(), "a folder");
+}
+
+TEST_F(SafeFile, NamesAreSingleComponents) {
+  write(inside_ + "/x", "x");
+  for (const char* name : {"", ".", "..", "../outside/canary.txt", "a/b", "/etc/passwd"}) {
+    expect_refused(dir().read(name, 100).status(), "is not a single file name");
+    expect_refused(dir().open_write(name, O_TRUNC).status(), "is not a single file name");
+    expect_refused(dir().sub(name, false).status(), "is not a single file name");
+    EXPECT_FALSE(dir().exists(name));
+  }
+  expect_refused(dir().rename("x", "../y"), "is not a single file name");
+  EXPECT_TRUE(dir().exists("x"));
+  EXPECT_EQ(slurp(canary_), kCanary);
+}
+
+TEST_F(SafeFile, AFifoWithNoWriterIsRefusedPromptly) {
+  ASSERT_EQ(mkfifo((inside_ + "/stderr.txt").c_str(), 0600), 0);
+  const SafeDir d = dir();
+  const Status r = testing::within_deadline("read of a FIFO",
+                                            [&] { return d.read("stderr.txt", 100).status(); });
+  expect_refused(r, "a FIFO, not a regular file");
+  expect_refused(testing::within_deadline("read_tail of a FIFO",
+                                          [&] { return d.read_tail("stderr.txt", 100).status(); }),
+                 "a FIFO");
+  expect_refused(
+      testing::within_deadline("open_write of a FIFO",
+                               [&] { return d.open_write("stderr.txt", O_TRUNC).status(); }),
+      "a FIFO");
+  EXPECT_EQ(not_regular_kind(d, "stderr.txt"), "a FIFO");
+}
+
+TEST_F(SafeFile, DevZeroIsNotReadWhole) {
+  fs::create_symlink("/dev/zero", inside_ + "/stderr.txt");
+  expect_refused(dir().read_tail("stderr.txt", 100).status(), "a symbolic link");
+  expect_refused(dir().open_write("stderr.txt", O_TRUNC).status(), "a symbolic link");
+  // The device itself, as a folder's entry (making one needs root; /dev has them).
+  StatusOr<SafeDir> dev = SafeDir::open("/dev", false);
+  ASSERT_TRUE(dev.ok()) << dev.status().message();
+  for (const Status& s :
+       {dev.value().read("zero", 100).status(), dev.value().read_tail("zero", 100).status(),
+        dev.value().open_write("null", O_TRUNC).status()})
+    expect_refused(s, "a character device, not a regular file");
+}
+
+TEST_F(SafeFile, AFileOverTheLimitIsRefusedBeforeItIsRead) {
+  write(inside_ + "/big", std::string(1000, 'x'));
+  EXPECT_TRUE(dir().read("big", 1000).ok());
+  expect_refused(dir().read("big", 999).status(), "1000 bytes, larger than the limit of 999");
+  // The tail is bounded instead of refused.
+  StatusOr<std::string> tail = dir().read_tail("big", 10);
+  ASSERT_TRUE(tail.ok()) << tail.status().message();
+  EXPECT_EQ(tail.value(), std::string(10, 'x'));
+}
+
+TEST_F(SafeFile, AFileThatGrowsWhileReadIsRefused) {
+  // A file that has more to read than fstat said: /proc's files are regular files of size 0.
+  StatusOr<SafeDir> proc = SafeDir::open("/proc/self", false);
+  if (!proc.ok() || !proc.value().exists("status")) GTEST_SKIP() << "no /proc/self/status";
+  expect_refused(proc.value().read("status", 1 << 20).status(), "grew while it was read");
+}
+
+TEST_F(SafeFile, AHeldFileIsReadWhateverIsDoneToItsName) {
+  // deltacheck makes the file, hands the descriptor to the candidate and reads the tail through
+  // its own descriptor: a link put in the name's place later is never looked at.
+  StatusOr<UniqueFd> f = dir().open_write("stderr.txt", O_RDWR | O_TRUNC | O_APPEND);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  ASSERT_EQ(::write(f.value().get(), "first\nlast line\n", 16), 16);
+  ASSERT_TRUE(dir().remove("stderr.txt").ok());
+  fs::create_symlink(canary_, inside_ + "/stderr.txt");
+  StatusOr<std::string> tail = read_tail(f.value().get(), 10);
+  ASSERT_TRUE(tail.ok()) << tail.status().message();
+  EXPECT_EQ(tail.value(), "last line\n");
+  EXPECT_EQ(read_tail(f.value().get(), 1000).value(), "first\nlast line\n");
+  EXPECT_FALSE(read_tail(-1, 10).ok());
+  EXPECT_FALSE(dir().open_write("x", O_RDONLY | O_DIRECTORY).ok());  // flags beyond the four
+  // open_read: the descriptor of what was checked, and its size.
+  write(inside_ + "/out.h5", "12345");
+  struct stat st {};
+  StatusOr<UniqueFd> r = dir().open_read("out.h5", &st);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(st.st_size, 5);
+  expect_refused(dir().open_read("stderr.txt").status(), "a symbolic link");
+}
+
+}  // namespace
+}  // namespace deltacheck::cases
