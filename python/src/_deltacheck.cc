@@ -3,10 +3,12 @@
 // C++ results and reports; the Python package (deltacheck/*.py) turns the call into the user's
 // convention. Nothing here judges: the runner does, exactly as for `deltacheck run`.
 //
-// A call's tensors cross as DLPack arrays over deltacheck's own buffers, without copies: the
-// inputs (read-only by contract: the runner checks them after every call, Backend::checks_inputs,
-// and a write is the verdict error) and the outputs (poisoned and guarded; written by the Python
-// side).
+// A call's tensors cross as DLPack arrays whose memory the arrays own (share ownership of), so
+// that a callable may keep them as long as it likes (a cache, a lazily evaluated tensor): the
+// inputs are copies in a block the arrays hold (compared with deltacheck's own after the call:
+// a write is the verdict error), the outputs deltacheck's poisoned, guarded buffers, handed over
+// to the arrays when any of them outlives the call (deltacheck keeps a copy). With isolation each
+// call runs in a forked child (harness/isolation.h, deltacheck::isolated_backend).
 #include <deltacheck/deltacheck.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -14,10 +16,15 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+#include <pthread.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -55,18 +62,82 @@ nb::dlpack::dtype dl_dtype(DType t) {
   throw std::logic_error("unknown dtype");
 }
 
-// A DLPack array over a tensor's body (not its guard bands), valid while the call lasts; bf16 as
-// uint16 bit patterns when `bf16_bits` (NumPy has no bfloat16).
-nb::object view(const Tensor& t, bool bf16_bits) {
+// A DLPack array over `data` (a tensor's body, or its copy) whose memory `owner` keeps alive;
+// bf16 as uint16 bit patterns when `bf16_bits` (NumPy has no bfloat16).
+nb::object view(const Tensor& t, void* data, nb::handle owner, bool bf16_bits) {
   std::vector<size_t> shape(t.shape().begin(), t.shape().end());
   const nb::dlpack::dtype dtype =
       bf16_bits && t.dtype() == DType::kBF16 ? nb::dtype<uint16_t>() : dl_dtype(t.dtype());
   // array_api: an object with __dlpack__ / __dlpack_device__ (and the buffer protocol), which
-  // torch.from_dlpack, numpy.from_dlpack, cupy and jax take.
-  nb::ndarray<nb::array_api> a(const_cast<void*>(t.data()), shape.size(), shape.data(),
-                               nb::handle(), nullptr, dtype, nb::device::cpu::value);
+  // torch.from_dlpack, numpy.from_dlpack, cupy and jax take. Every array made from it (a torch
+  // tensor, a NumPy view) holds a reference to `owner` until it is freed.
+  nb::ndarray<nb::array_api> a(data, shape.size(), shape.data(), owner, nullptr, dtype,
+                               nb::device::cpu::value);
   return nb::cast(a, nb::rv_policy::reference);
 }
+
+// True when only the caller still holds `owner`: no array of the call is alive.
+bool sole_owner(const nb::object& owner) { return Py_REFCNT(owner.ptr()) == 1; }
+
+// The memory of a call's input copies: one block, reused by the next call when no array of the
+// call before it is alive (so that the steady state allocates nothing), else left to the arrays
+// that hold it (a capsule frees it with the last of them).
+struct InputBlock {
+  void* data = nullptr;
+  size_t bytes = 0;
+  ~InputBlock() { std::free(data); }
+};
+constexpr size_t kAlign = 64;
+size_t aligned(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Deltacheck's output tensors whose arrays outlived their call, kept alive by a capsule the
+// arrays hold; the runner goes on with copies.
+struct KeptOutputs {
+  std::vector<Tensor> tensors;
+};
+
+template <typename T>
+nb::capsule owning_capsule(T* p) {
+  return nb::capsule(p, [](void* q) noexcept { delete static_cast<T*>(q); });
+}
+
+// A Python object as UTF-8 text whatever it holds: str() of it, lone surrogates and other
+// unencodable characters as backslash escapes ("\udcff"), never an exception.
+std::string utf8(nb::handle o) {
+  PyObject* s = PyObject_Str(o.ptr());
+  if (!s) {
+    PyErr_Clear();
+    return "<" + std::string(Py_TYPE(o.ptr())->tp_name) + " whose str() raised>";
+  }
+  PyObject* b = PyUnicode_AsEncodedString(s, "utf-8", "backslashreplace");
+  Py_DECREF(s);
+  if (!b) {
+    PyErr_Clear();
+    return "<text that cannot be encoded>";
+  }
+  std::string out(PyBytes_AS_STRING(b), static_cast<size_t>(PyBytes_GET_SIZE(b)));
+  Py_DECREF(b);
+  return out;
+}
+
+// "" when `copy` holds t's bytes, else the input check's reason (harness/input_check.h's words).
+std::string input_changed(const Tensor& t, const uint8_t* copy) {
+  const size_t n = t.nbytes();
+  const auto* now = static_cast<const uint8_t*>(t.data());
+  if (n == 0 || std::memcmp(copy, now, n) == 0) return "";
+  size_t byte = 0;
+  while (copy[byte] == now[byte]) ++byte;
+  const size_t element = byte / (n / static_cast<size_t>(t.numel()));
+  return "the backend wrote into its input '" + t.name() + "' (element " + std::to_string(element) +
+         " of " + std::to_string(t.numel()) + " changed; inputs are read-only)";
+}
+
+// What a call in an isolated child reports back to the parent beside its outputs: a page of
+// shared memory (the child's own counters die with it).
+struct CallStats {
+  double seconds_callable = 0.0;
+  int64_t calls = 0;
+};
 
 // The Python side of a backend: `call(case_id, inputs, outputs)` writes the outputs (dicts of
 // name -> DLPack array) and returns the seconds spent in the user's function;
@@ -82,6 +153,11 @@ struct PyBackend {
   double seconds_calls = 0.0;  // in run_python: the callable plus the route to it and back
   int64_t calls = 0;
   std::atomic<bool> interrupted{false};
+  // The block of the last call's input copies and the capsule that owns it.
+  nb::object input_owner;
+  InputBlock* input_block = nullptr;
+  // Isolated: where the child puts its call's counters (shared with the parent), else null.
+  CallStats* child_stats = nullptr;
 };
 
 // Adds the wall time of its scope to a counter.
@@ -97,34 +173,172 @@ class ScopeTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
+// In an isolated child: torch's operations on one thread. GNU OpenMP's worker threads do not
+// survive the fork, and a parallel region would wait for them forever (gomp_team_barrier_wait_end).
+void one_torch_thread() {
+  PyObject* torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");  // borrowed
+  if (!torch) return;
+  try {
+    nb::handle(torch).attr("set_num_threads")(1);
+  } catch (nb::python_error&) {
+  }
+}
+
+// The block for `bytes` of input copies: the last call's when no array of it is alive, else new.
+uint8_t* input_memory(PyBackend& b, size_t bytes) {
+  const bool reusable = b.input_owner.is_valid() && sole_owner(b.input_owner);
+  if (!reusable || b.input_block->bytes < bytes) {
+    auto block = std::make_unique<InputBlock>();
+    block->bytes = std::max(bytes, kAlign);  // a multiple of kAlign, as aligned_alloc wants
+    block->data = std::aligned_alloc(kAlign, block->bytes);
+    if (!block->data) throw std::bad_alloc();
+    b.input_block = block.get();
+    b.input_owner = owning_capsule(block.release());
+  }
+  return static_cast<uint8_t*>(b.input_block->data);
+}
+
+// The call itself, under the GIL: the Python side's result as a Status (an exception's text kept
+// whatever characters it holds). The exception is gone when this returns, and with it the
+// references its traceback held to the call's arrays.
+Status call_python(PyBackend& b, const Case& c, nb::dict& in, nb::dict& out) {
+  try {
+    nb::object seconds = b.call(c.id(), in, out);
+    const double s = nb::cast<double>(seconds);
+    if (b.child_stats) {
+      b.child_stats->seconds_callable = s;
+      b.child_stats->calls = 1;
+    } else {
+      b.seconds_callable += s;
+      ++b.calls;
+    }
+  } catch (nb::python_error& e) {
+    if (e.matches(PyExc_KeyboardInterrupt)) {
+      b.interrupted = true;
+      return Status::Unsupported("interrupted (KeyboardInterrupt)");
+    }
+    if (e.matches(b.unsupported_type)) return Status::Unsupported(utf8(e.value()));
+    // The exception's message (the Python side puts the type and the callable's frame in it).
+    return Status::Internal(utf8(e.value()));
+  } catch (std::exception& e) {
+    return Status::Internal(e.what());
+  }
+  return Status::Ok();
+}
+
 Status run_python(PyBackend& b, const Case& c, const TensorMap& inputs, TensorMap& outputs) {
   if (b.interrupted) return Status::Unsupported("interrupted (KeyboardInterrupt)");
   ScopeTimer timer(b.seconds_calls);
+  nb::gil_scoped_acquire gil;
+  if (b.child_stats) one_torch_thread();
+  size_t bytes = 0;
+  for (const Tensor& t : inputs.all()) bytes += aligned(t.nbytes());
+  uint8_t* copies = input_memory(b, bytes);
+  nb::capsule kept_owner = owning_capsule(new KeptOutputs());
+  Status st;
   {
-    nb::gil_scoped_acquire gil;
+    nb::dict in, out;
+    size_t at = 0;
+    for (const Tensor& t : inputs.all()) {
+      if (t.nbytes() > 0) std::memcpy(copies + at, t.data(), t.nbytes());
+      in[t.name().c_str()] = view(t, copies + at, b.input_owner, b.bf16_bits);
+      at += aligned(t.nbytes());
+    }
+    for (Tensor& t : outputs.all())
+      out[t.name().c_str()] = view(t, t.data(), kept_owner, b.bf16_bits);
+    st = call_python(b, c, in, out);
+  }
+  if (b.child_stats) {  // a child's printed lines reach the parent only if flushed before _exit()
     try {
-      nb::dict in, out;
-      for (const Tensor& t : inputs.all()) in[t.name().c_str()] = view(t, b.bf16_bits);
-      for (Tensor& t : outputs.all()) out[t.name().c_str()] = view(t, b.bf16_bits);
-      nb::object seconds = b.call(c.id(), in, out);
-      b.seconds_callable += nb::cast<double>(seconds);
-      ++b.calls;
-    } catch (nb::python_error& e) {
-      if (e.matches(PyExc_KeyboardInterrupt)) {
-        b.interrupted = true;
-        return Status::Unsupported("interrupted (KeyboardInterrupt)");
-      }
-      if (e.matches(b.unsupported_type)) {
-        nb::object value = nb::borrow(e.value());
-        return Status::Unsupported(nb::cast<std::string>(nb::str(value)));
-      }
-      // The exception's message (the Python side puts the type and the callable's frame in it).
-      return Status::Internal(nb::cast<std::string>(nb::str(e.value())));
-    } catch (std::exception& e) {
-      return Status::Internal(e.what());
+      nb::module_ sys = nb::module_::import_("sys");
+      for (const char* name : {"stdout", "stderr"})
+        if (nb::object f = sys.attr(name); !f.is_none()) f.attr("flush")();
+    } catch (nb::python_error&) {
     }
   }
-  return Status::Ok();
+  // An output array that outlives the call keeps its memory; the runner goes on with a copy.
+  if (!sole_owner(kept_owner)) {
+    auto* kept = static_cast<KeptOutputs*>(kept_owner.data());
+    for (Tensor& t : outputs.all()) {
+      Tensor handed = std::move(t);
+      t = handed;
+      kept->tensors.push_back(std::move(handed));
+    }
+  }
+  if (!st.ok()) return st;
+  size_t at = 0;
+  for (const Tensor& t : inputs.all()) {
+    if (std::string why = input_changed(t, copies + at); !why.empty()) return Status::Internal(why);
+    at += aligned(t.nbytes());
+  }
+  return st;
+}
+
+// Isolation (dc.check(isolate=True)): each call in a child forked by deltacheck's isolation
+// (harness/isolation.h), on this thread while it holds the GIL, and Python told of the fork as
+// os.fork tells it (PyOS_BeforeFork / PyOS_AfterFork_*, from pthread_atfork handlers armed for
+// that fork alone): the child's one thread holds the GIL of an interpreter whose other threads'
+// states are gone, its `os.register_at_fork` hooks run. Other forks in the process are left alone.
+thread_local bool t_python_fork = false;
+void before_fork() {
+  if (t_python_fork) PyOS_BeforeFork();
+}
+void after_fork_parent() {
+  if (t_python_fork) PyOS_AfterFork_Parent();
+  t_python_fork = false;
+}
+void after_fork_child() {
+  if (t_python_fork) {
+    PyOS_AfterFork_Child();
+    // A collection would touch every object the parent made, each page then copied: the child
+    // lives for one call, its garbage dies with it.
+#if PY_VERSION_HEX >= 0x030A0000
+    PyGC_Disable();
+#endif
+  }
+  t_python_fork = false;  // a fork the callable makes in the child is its own
+}
+
+// A page of memory the children write their call's counters into.
+struct SharedStats {
+  CallStats* stats;
+  SharedStats() {
+    void* p =
+        mmap(nullptr, sizeof(CallStats), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("isolate: cannot map a shared page");
+    stats = new (p) CallStats();
+  }
+  ~SharedStats() { munmap(stats, sizeof(CallStats)); }
+  SharedStats(const SharedStats&) = delete;
+  SharedStats& operator=(const SharedStats&) = delete;
+};
+
+Status run_forked(PyBackend& b, deltacheck::Backend& isolated, const Case& c,
+                  const TensorMap& inputs, TensorMap& outputs) {
+  if (b.interrupted) return Status::Unsupported("interrupted (KeyboardInterrupt)");
+  nb::gil_scoped_acquire gil;  // held across the fork and the wait for the child
+  *b.child_stats = CallStats();
+  Status st;
+  {
+    ScopeTimer timer(b.seconds_calls);  // the fork and the copies of the outputs included
+    t_python_fork = true;
+    try {
+      st = isolated.run(c, inputs, outputs);
+    } catch (...) {
+      t_python_fork = false;
+      throw;
+    }
+    t_python_fork = false;
+  }
+  b.seconds_callable += b.child_stats->seconds_callable;
+  b.calls += b.child_stats->calls;
+  // A Ctrl-C reaches this process as well as the child: the run stops as it does in-process.
+  if (PyErr_CheckSignals() != 0) {
+    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) b.interrupted = true;
+    PyErr_Clear();
+  }
+  if (b.interrupted) return Status::Unsupported("interrupted (KeyboardInterrupt)");
+  return st;
 }
 
 struct RunStats {
@@ -136,11 +350,9 @@ struct RunStats {
 
 // Runs the cases on a backend calling Python; `on_result(result)` is called with each result as
 // it comes (in case order). The GIL is released while the C++ runner works.
-std::pair<std::vector<CaseResult>, RunStats> run_cases(const std::vector<std::string>& ids,
-                                                       PyBackend& py, bool probes,
-                                                       nb::object on_result,
-                                                       const std::string& cache_dir,
-                                                       bool prepare_ahead) {
+std::pair<std::vector<CaseResult>, RunStats> run_cases(
+    const std::vector<std::string>& ids, PyBackend& py, bool probes, nb::object on_result,
+    const std::string& cache_dir, bool prepare_ahead, bool isolate, double timeout_s) {
   std::vector<Case> cases;
   cases.reserve(ids.size());
   for (const std::string& id : ids) cases.push_back(deltacheck::parse_case(id));
@@ -162,21 +374,40 @@ std::pair<std::vector<CaseResult>, RunStats> run_cases(const std::vector<std::st
     {
       nb::gil_scoped_acquire gil;
       nb::object why = py.supports(id, c.op(), c.params());  // parsed already: passed along
-      if (!why.is_none()) answer = deltacheck::Support::No(nb::cast<std::string>(why));
+      if (!why.is_none()) answer = deltacheck::Support::No(utf8(why));
     }
     const std::lock_guard<std::mutex> lock(answers_mu);
     answers.emplace(id, answer);
     return answer;
   };
-  deltacheck::FunctionBackend backend(
+  // The inputs are not the runner's to check (Backend::checks_inputs): the callable gets copies,
+  // which run_python compares with them.
+  auto inner = std::make_unique<deltacheck::FunctionBackend>(
       py.name,
       [&py](const Case& c, const TensorMap& in, TensorMap& out) {
         return run_python(py, c, in, out);
       },
       supports);
-  backend.set_description("Python callable (deltacheck.check)");
-  backend.set_deterministic(py.deterministic);
-  backend.set_checks_inputs(true);  // Python code can write into the arrays it is handed
+  inner->set_description("Python callable (deltacheck.check)");
+  inner->set_deterministic(py.deterministic);
+  deltacheck::Backend* backend = inner.get();
+  std::unique_ptr<deltacheck::Backend> isolated;
+  std::unique_ptr<deltacheck::FunctionBackend> forked;
+  std::optional<SharedStats> shared;
+  if (isolate) {
+    shared.emplace();
+    py.child_stats = shared->stats;
+    isolated = deltacheck::isolated_backend(std::move(inner), timeout_s);
+    forked = std::make_unique<deltacheck::FunctionBackend>(
+        py.name,
+        [&py, &isolated](const Case& c, const TensorMap& in, TensorMap& out) {
+          return run_forked(py, *isolated, c, in, out);
+        },
+        supports);
+    forked->set_description(isolated->description());
+    forked->set_deterministic(py.deterministic);
+    backend = forked.get();
+  }
   deltacheck::RunOptions options;
   options.probes = probes;
   options.cache_dir = cache_dir;
@@ -186,7 +417,7 @@ std::pair<std::vector<CaseResult>, RunStats> run_cases(const std::vector<std::st
   const auto start = std::chrono::steady_clock::now();
   {
     nb::gil_scoped_release release;
-    results = deltacheck::run(cases, {&backend}, options, [&](const CaseResult& r) {
+    results = deltacheck::run(cases, {backend}, options, [&](const CaseResult& r) {
       if (on_result.is_none() || py.interrupted) return;
       nb::gil_scoped_acquire gil;
       try {
@@ -197,6 +428,9 @@ std::pair<std::vector<CaseResult>, RunStats> run_cases(const std::vector<std::st
       }
     });
   }
+  py.child_stats = nullptr;
+  py.input_owner = nb::object();  // the last block (or the arrays still holding it)
+  py.input_block = nullptr;
   RunStats stats;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.seconds_callable = py.seconds_callable;
@@ -256,6 +490,7 @@ deltacheck::Selection make_selection(const std::string& suite, const std::vector
 
 NB_MODULE(_deltacheck, m) {
   m.doc() = "deltacheck's C++ core: cases, the runner and reports (use the deltacheck package)";
+  pthread_atfork(before_fork, after_fork_parent, after_fork_child);
   m.def("version", &deltacheck::version);
   m.def("tolerance_policy", &deltacheck::tolerance_policy);
   m.def("suites", [] {
@@ -355,7 +590,7 @@ NB_MODULE(_deltacheck, m) {
         nb::arg("cache_dir") = "");
   m.def("run", &run_cases, nb::arg("ids"), nb::arg("backend"), nb::arg("probes") = true,
         nb::arg("on_result") = nb::none(), nb::arg("cache_dir") = "",
-        nb::arg("prepare_ahead") = true);
+        nb::arg("prepare_ahead") = true, nb::arg("isolate") = false, nb::arg("timeout") = 120.0);
 
   nb::class_<deltacheck::Metrics>(m, "Metrics")
       .def_ro("max_abs", &deltacheck::Metrics::max_abs)

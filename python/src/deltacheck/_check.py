@@ -93,13 +93,43 @@ class _Timed:
             self.seconds += time.perf_counter() - t0
 
 
-def _where(exc):
-    """The innermost frame of a traceback, as 'file:line in function'."""
+def _where(exc, skip=0):
+    """The innermost frame of a traceback (`skip` frames out), as 'file:line in function'."""
     frames = traceback.extract_tb(exc.__traceback__)
-    if not frames:
+    if len(frames) <= skip:
         return ""
-    f = frames[-1]
+    f = frames[-1 - skip]
     return f" (at {os.path.basename(f.filename)}:{f.lineno} in {f.name})"
+
+
+def _text(exc):
+    """str(exc), whatever it holds: a str() that raises is named, and characters UTF-8 cannot
+    carry (lone surrogates) become backslash escapes."""
+    try:
+        text = str(exc)
+    except BaseException:
+        text = f"<{type(exc).__name__} whose str() raised>"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class _Exited(BaseException):
+    """os._exit called by the callable during its call (a BaseException: a kernel's own
+    `except Exception` does not swallow it)."""
+
+    def __init__(self, status):
+        super().__init__(status)
+        self.status = status
+
+
+def _refuse_exit(status):
+    raise _Exited(status)
+
+
+def _failure(exc):
+    """The error a callable's exception becomes: type, message and the raising frame."""
+    if isinstance(exc, _Exited):  # the frame that called os._exit, not _refuse_exit's
+        return f"the callable called os._exit({exc.status}){_where(exc, 1)}"
+    return _text(f"{type(exc).__name__}: {_text(exc)}{_where(exc)}")
 
 
 def _callable_name(fn):
@@ -133,6 +163,9 @@ def make_backend(fn, convention="fla", device="cpu", framework=None, name=None,
         c = Call(case_id, {k: io.input(a) for k, a in inputs.items()},
                  {k: io.output(a) for k, a in outputs.items()}, io)
         timed.seconds = 0.0
+        # os._exit and sys.exit during the call are its error, not the end of the process (a
+        # native _exit from compiled code only isolate=True contains).
+        exit_was, os._exit = os._exit, _refuse_exit
         try:
             returned = invoke(c)  # (under io.guard(), entered by run_cases for the whole run)
             for out_name, view in c.outputs.items():
@@ -144,8 +177,10 @@ def make_backend(fn, convention="fla", device="cpu", framework=None, name=None,
                     io.write(out_name, view, value)
         except (Unsupported, KeyboardInterrupt):
             raise
-        except Exception as e:
-            raise RuntimeError(f"{type(e).__name__}: {e}{_where(e)}") from e
+        except BaseException as e:  # SystemExit included
+            raise RuntimeError(_failure(e)) from e
+        finally:
+            os._exit = exit_was
         return timed.seconds
 
     label = name or f"py:{_callable_name(fn)}"
@@ -154,12 +189,35 @@ def make_backend(fn, convention="fla", device="cpu", framework=None, name=None,
     return backend, io, conv
 
 
-def run_cases(ids, backend, io, probes=True, on_result=None, cache_dir="", prepare_ahead=True):
+DEFAULT_TIMEOUT = 120.0  # seconds per isolated call, as `deltacheck run --isolate`
+
+
+def isolation(isolate, timeout, device="cpu"):
+    """(isolate, timeout in seconds, None without isolation), checked: a timeout without
+    isolation, or isolation on a CUDA device, is a ValueError."""
+    if not isolate:
+        if timeout is not None:
+            raise ValueError("timeout needs isolate=True: a call in this process cannot be "
+                             "stopped, only a child process can be killed")
+        return False, None
+    if str(device) != "cpu":
+        raise ValueError(f"isolate=True forks a child process for each call, and CUDA cannot "
+                         f"be used in a forked child: device must be 'cpu', not {device!r}")
+    timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
+    if not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    return True, timeout
+
+
+def run_cases(ids, backend, io, probes=True, on_result=None, cache_dir="", prepare_ahead=True,
+              isolate=False, timeout=None):
     """The extension's run of `backend` (make_backend) on the case ids, under the IO route's
     guard for the whole run: torch's NaN-filled torch.empty and deterministic algorithms are
-    global flags, set once rather than around each call."""
+    global flags, set once rather than around each call. `isolate`: each call in a forked child
+    killed after `timeout` seconds (isolation())."""
     with io.guard():
-        return _dc.run(ids, backend, probes, on_result, cache_dir, prepare_ahead)
+        return _dc.run(ids, backend, probes, on_result, cache_dir, prepare_ahead, isolate,
+                       DEFAULT_TIMEOUT if timeout is None else timeout)
 
 
 def _as_list(x):
@@ -264,7 +322,8 @@ def cache_directory(cache_dir=None):
 
 def check(fn, suite="smoke", *, filter=None, exclude=None, case=None, seed=None, shard=None,
           device="cpu", convention="fla", framework=None, probes=True, name=None,
-          deterministic=True, verbose=False, cache_dir=None, prepare_ahead=True):
+          deterministic=True, verbose=False, cache_dir=None, prepare_ahead=True, isolate=False,
+          timeout=None):
     """Runs `fn` on the selected cases (deltacheck.select's arguments) and judges it exactly as
     `deltacheck run` does. `convention` says how a case's tensors become fn's arguments
     (deltacheck.conventions); `device` where torch tensors live ("cpu", "cuda", "cuda:1");
@@ -275,16 +334,21 @@ def check(fn, suite="smoke", *, filter=None, exclude=None, case=None, seed=None,
     DELTACHECK_CACHE_DIR environment variable; none when unset): a rerun then spends its time
     in fn and the comparisons. Verdicts are the same with and without it. `prepare_ahead`
     prepares the next case (inputs, FP64 expectation, baselines) on another thread while fn runs
-    the current one: the same results, less waiting between cases, one more case in memory."""
+    the current one: the same results, less waiting between cases, one more case in memory.
+    `isolate=True` runs each call of fn in a forked child process killed after `timeout` seconds
+    (default 120): a crash, an exit or a hang is that case's error and the run goes on."""
+    isolate, timeout = isolation(isolate, timeout, device)
     ids = select(suite, filter, exclude, case, seed, shard)
     backend, io, conv = make_backend(fn, convention, device, framework, name, deterministic)
     on_result = (lambda r: print(r.line(), end="", flush=True)) if verbose else None
     results, stats = run_cases(ids, backend, io, probes, on_result, cache_directory(cache_dir),
-                               prepare_ahead)
+                               prepare_ahead, isolate, timeout)
     if case is not None:
         selection = ["--cases"] + _as_list(case)
     else:
         selection = [suite] + _as_list(filter) + ["--exclude"] + _as_list(exclude)
     notes = [io.unwritten_note, f"convention {conv.name!r}, {io.name} tensors on {device}"]
+    if isolate:
+        notes.append(f"isolated: each call in a child process, killed after {timeout:g} s")
     return Result(results, stats, notes, _callable_name(fn).rsplit(".", 1)[-1], conv.name,
                   selection, seed)

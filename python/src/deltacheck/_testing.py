@@ -3,7 +3,7 @@ and Case.check(fn) runs that case on fn and turns its verdict into pytest's outc
 import os
 import shlex
 
-from ._check import _callable_name, cache_directory, make_backend, run_cases, select
+from ._check import _callable_name, cache_directory, isolation, make_backend, run_cases, select
 
 
 def _failure_text(r, fn_label, convention, nodeid=None):
@@ -21,10 +21,12 @@ def _current_nodeid():
 
 
 def run_case(case_id, fn, convention="fla", device="cpu", framework=None, probes=True,
-             deterministic=True, name=None, cache_dir=None):
-    """One case on fn: the extension's CaseResult."""
+             deterministic=True, name=None, cache_dir=None, isolate=False, timeout=None):
+    """One case on fn: the extension's CaseResult (isolate, timeout: as deltacheck.check's)."""
+    isolate, timeout = isolation(isolate, timeout, device)
     backend, io, conv = make_backend(fn, convention, device, framework, name, deterministic)
-    (result,), _ = run_cases([case_id], backend, io, probes, None, cache_directory(cache_dir))
+    (result,), _ = run_cases([case_id], backend, io, probes, None, cache_directory(cache_dir),
+                             True, isolate, timeout)
     return result, conv.name
 
 
@@ -47,16 +49,18 @@ class Case:
         return self.id
 
     def run(self, fn, convention="fla", device="cpu", framework=None, probes=True,
-            deterministic=True):
+            deterministic=True, isolate=False, timeout=None):
         """Runs the case on fn; the result (verdict, message, tensors, probes, line())."""
-        return run_case(self.id, fn, convention, device, framework, probes, deterministic)[0]
+        return run_case(self.id, fn, convention, device, framework, probes, deterministic,
+                        isolate=isolate, timeout=timeout)[0]
 
     def check(self, fn, convention="fla", device="cpu", framework=None, probes=True,
-              deterministic=True):
+              deterministic=True, isolate=False, timeout=None):
         """Runs the case on fn under pytest: fails with the verdict's reason and the rerun
-        lines, skips an unsupported case, returns the result of a pass."""
+        lines, skips an unsupported case, returns the result of a pass. `isolate`, `timeout`:
+        as deltacheck.check's."""
         result, conv = run_case(self.id, fn, convention, device, framework, probes,
-                                deterministic)
+                                deterministic, isolate=isolate, timeout=timeout)
         outcome(result, _callable_name(fn).rsplit(".", 1)[-1], conv, _current_nodeid())
         return result
 

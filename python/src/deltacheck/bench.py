@@ -14,14 +14,16 @@ On the same cases, in one run:
             inflate: the figure to compare between runs
 The callable: deltacheck.examples.recurrent_gdr (NumPy), or --kernel MODULE:FUNCTION.
 --warm: both runs read a filled expectation cache (a temporary directory, filled by an untimed
-pass of each), as a rerun under the pytest plugin does (its cache is on by default)."""
+pass of each), as a rerun under the pytest plugin does (its cache is on by default).
+--isolate: each call in a child process (dc.check(isolate=True)); the route then includes the
+fork, and the process CPU figures leave out the children's."""
 import argparse
 import os
 import sys
 import time
 
 
-def measure(fn, ids, framework, probes, cache_dir="", prepare_ahead=True):
+def measure(fn, ids, framework, probes, cache_dir="", prepare_ahead=True, isolate=False):
     """Runs the cases on `fn`; also returns the process CPU time of the run and of the callable's
     calls (CPU time, unlike wall time, is not inflated by other processes on a loaded machine)."""
     import functools
@@ -38,7 +40,7 @@ def measure(fn, ids, framework, probes, cache_dir="", prepare_ahead=True):
 
     backend, io, _ = make_backend(cpu_timed, framework=framework)
     cpu0 = time.process_time()
-    results, stats = run_cases(ids, backend, io, probes, None, cache_dir, prepare_ahead)
+    results, stats = run_cases(ids, backend, io, probes, None, cache_dir, prepare_ahead, isolate)
     cpu = time.process_time() - cpu0
     return results, stats, cpu, inside[0], io
 
@@ -53,6 +55,8 @@ def main(argv=None):
                     help="read the inputs, expectations and tolerances from a filled cache")
     ap.add_argument("--no-prepare-ahead", action="store_true",
                     help="prepare each case only when its turn comes (dc.check(prepare_ahead=False))")
+    ap.add_argument("--isolate", action="store_true",
+                    help="each call in a child process (dc.check(isolate=True))")
     ap.add_argument("--kernel", default=None,
                     help="MODULE:FUNCTION of the callable (default: the tests' NumPy recurrence)")
     args = ap.parse_args(argv)
@@ -79,7 +83,7 @@ def main(argv=None):
     ahead = not args.no_prepare_ahead
     try:
         results, s, cpu, cpu_callable, io = measure(fn, ids, args.framework, probes, cache_dir,
-                                                    ahead)
+                                                    ahead, args.isolate)
         bad = [r for r in results if r.verdict not in ("pass", "unsupported")]
         ran = [r for r in results if r.verdict != "unsupported"]
         n = max(1, len(ran))
@@ -98,7 +102,8 @@ def main(argv=None):
     print(f"deltacheck.bench: {len(ran)} {args.suite} cases ({args.filter}), {s.calls} calls, "
           f"{io.name} callable, probes {'on' if probes else 'off'}, "
           f"{'warm cache' if args.warm else 'no cache'}, "
-          f"{'next case prepared ahead' if ahead else 'no preparing ahead'}; load {load:.1f} on "
+          f"{'next case prepared ahead' if ahead else 'no preparing ahead'}"
+          f"{', each call isolated' if args.isolate else ''}; load {load:.1f} on "
           f"{os.cpu_count()} cores")
     print(f"  callable       {1e3 * s.seconds_callable / n:8.2f} ms/case")
     print(f"  route          {1e3 * route:8.3f} ms/call  ({s.calls / n:.1f} calls/case)")

@@ -42,6 +42,11 @@ def pytest_addoption(parser):
                 help="keep the cases' inputs, FP64 expectations and baselines in DIR across runs "
                      "(default: DELTACHECK_CACHE_DIR, else pytest's cache directory; 'none': off; "
                      "--cache-clear empties it)")
+    g.addoption("--deltacheck-isolate", action="store_true",
+                help="run each call of the callable in a child process: a crash, an exit or a "
+                     "hang is that case's error and the session goes on")
+    g.addoption("--deltacheck-timeout", type=float, default=None, metavar="SECONDS",
+                help="with --deltacheck-isolate: kill a call after SECONDS (default 120)")
 
 
 def _load(spec, what):
@@ -90,7 +95,8 @@ class DeltacheckItem(pytest.Item):
         opts = self.parent.opts
         result, conv = run_case(self.case_id, self.parent.fn, opts["convention"], opts["device"],
                                 framework=opts["framework"], probes=opts["probes"],
-                                name=self.parent.name, cache_dir=opts["cache_dir"])
+                                name=self.parent.name, cache_dir=opts["cache_dir"],
+                                isolate=opts["isolate"], timeout=opts["timeout"])
         self.user_properties.append(("verdict", result.verdict))
         outcome(result, self.parent.label, conv, self.nodeid)
 
@@ -132,6 +138,13 @@ def pytest_collection_modifyitems(session, config, items):
             "probes": not config.getoption("deltacheck_no_probes"),
             "framework": config.getoption("deltacheck_framework"),
             "cache_dir": _cache_dir(config)}
+    try:
+        opts["isolate"], opts["timeout"] = _check.isolation(
+            config.getoption("deltacheck_isolate"), config.getoption("deltacheck_timeout"),
+            opts["device"])
+    except ValueError as e:
+        raise pytest.UsageError(f"deltacheck: {e} (--deltacheck-isolate, "
+                                "--deltacheck-timeout)") from None
     collector = DeltacheckCollector.from_parent(session, name=spec, nodeid=spec, fn=fn,
                                                 label=spec.partition(":")[2], ids=ids, opts=opts)
     # Collected like a test file, so the terminal counts the items and -k, --lf, xdist and the
