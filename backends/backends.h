@@ -17,6 +17,12 @@ std::vector<std::unique_ptr<Backend>> make_wrong_backends();
 std::vector<std::unique_ptr<Backend>> make_right_backends();
 // Deliberately wrong handling of states between calls and in pools (wrong_cache_backends.cc).
 std::vector<std::unique_ptr<Backend>> make_wrong_cache_backends();
+// What the wrong gdr backends run (wrong_backends.cc): gdr cases of one call at a time (none,
+// prefill, decode; chunked and dynamic come as such calls), not the pool or serving modes.
+Support gdr_calls_support(const std::string& name, const cases::Case& c);
+// Deliberately wrong recurrences whose bug shows only in an input regime
+// (wrong_regime_backends.cc).
+std::vector<std::unique_ptr<Backend>> make_wrong_regime_backends();
 // Deliberately wrong serving runtimes around the cpu kernels (wrong_serve_backends.cc).
 std::vector<std::unique_ptr<Backend>> make_wrong_serve_backends();
 // The cpu backend's layer cases, and the conv that reads across a boundary (cpu_layer.cc); the

@@ -8,7 +8,8 @@
 //   wrong:readout-before-update  o_t = S_{t-1}^T q_t (off by one token in the read-out)
 //   wrong:ignore-state       every initial state ignored
 // The wrong mask builders (wrong:mask-*) are in wrong_mask_backends.cc, the wrong backwards
-// (wrong:grad-*) in wrong_grad_backends.cc.
+// (wrong:grad-*) in wrong_grad_backends.cc, the bugs of an input regime (wrong:rounded-stk,
+// wrong:l2norm-max-eps) in wrong_regime_backends.cc.
 #include <cstring>
 #include <vector>
 
@@ -25,13 +26,7 @@ using kernels::GatedDeltaRuleParams;
 class WrongBackend : public Backend {
  public:
   bool deliberately_wrong() const override { return true; }
-  Support supports(const cases::Case& c) const override {
-    if (c.op() != "gdr") return Support::No(name() + " implements only gdr");
-    const ops::gdr::Params d = ops::gdr::decode(c);
-    if (d.pooled()) return Support::No(name() + " has no pooled-state mode");
-    if (d.serving()) return Support::No(name() + " has no serving mode (cache=ckpt, accept, tree)");
-    return Support::Yes();
-  }
+  Support supports(const cases::Case& c) const override { return gdr_calls_support(name(), c); }
 };
 
 // Runs the sequences one after another, each a one-sequence call of the chunked kernel whose
@@ -186,6 +181,14 @@ class ReadoutBeforeUpdate : public WrongBackend {
 
 }  // namespace
 
+Support gdr_calls_support(const std::string& name, const cases::Case& c) {
+  if (c.op() != "gdr") return Support::No(name + " implements only gdr");
+  const ops::gdr::Params d = ops::gdr::decode(c);
+  if (d.pooled()) return Support::No(name + " has no pooled-state mode");
+  if (d.serving()) return Support::No(name + " has no serving mode (cache=ckpt, accept, tree)");
+  return Support::Yes();
+}
+
 std::vector<std::unique_ptr<Backend>> make_wrong_backends() {
   std::vector<std::unique_ptr<Backend>> v;
   v.push_back(std::make_unique<IgnoreCuSeqlens>());
@@ -193,10 +196,11 @@ std::vector<std::unique_ptr<Backend>> make_wrong_backends() {
   v.push_back(std::make_unique<RowChunkGrid>());
   v.push_back(std::make_unique<ReadoutBeforeUpdate>());
   v.push_back(std::make_unique<IgnoreState>());
-  for (auto& b : make_wrong_mask_backends()) v.push_back(std::move(b));   // mask builders
-  for (auto& b : make_wrong_cache_backends()) v.push_back(std::move(b));  // state between calls
-  for (auto& b : make_wrong_serve_backends()) v.push_back(std::move(b));  // serving runtimes
-  for (auto& b : make_wrong_grad_backends()) v.push_back(std::move(b));   // backwards
+  for (auto& b : make_wrong_mask_backends()) v.push_back(std::move(b));    // mask builders
+  for (auto& b : make_wrong_cache_backends()) v.push_back(std::move(b));   // state between calls
+  for (auto& b : make_wrong_serve_backends()) v.push_back(std::move(b));   // serving runtimes
+  for (auto& b : make_wrong_regime_backends()) v.push_back(std::move(b));  // input regimes
+  for (auto& b : make_wrong_grad_backends()) v.push_back(std::move(b));    // backwards
   for (auto& b : make_wrong_layer_grad_backends()) v.push_back(std::move(b));
   return v;
 }

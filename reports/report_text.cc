@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "cases/case.h"
@@ -77,9 +78,12 @@ std::string readable_case_id(const std::string& id) {
   const cases::Case& c = parsed.value();
   const cases::OpSchema& schema = cases::find_schema(c.op());  // c's op exists
   std::string o = c.op() + "(";
-  for (size_t i = 0; i < c.params().size(); ++i) {
-    const auto& [key, value] = c.params()[i];
-    if (key != "layout" && value == schema.params[i].default_value) continue;
+  for (const auto& [key, value] : c.params()) {
+    // By key, not by position: a parameter absent by default (gdr's regime, gdr_grad's cp) is
+    // left out of the id and shifts the ones after it.
+    const auto spec = std::find_if(schema.params.begin(), schema.params.end(),
+                                   [&](const cases::ParamSpec& p) { return p.key == key; });
+    if (key != "layout" && spec != schema.params.end() && value == spec->default_value) continue;
     o += (o.back() == '(' ? "" : ",") + key + "=" + value;
   }
   return o + ")";

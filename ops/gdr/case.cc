@@ -8,6 +8,7 @@
 #include "cases/det_math.h"
 #include "ops/decode.h"
 #include "ops/gdr/params.h"
+#include "ops/gdr/regimes.h"
 #include "ops/gdr/serving.h"
 #include "ops/schema.h"
 
@@ -29,7 +30,18 @@ Status check_gdr(const Case& c) {
     if (std::string why = check_serving(p); !why.empty()) return invalid(std::move(why));
   if (p.pooled() && p.state == State::kNone)
     return invalid("cache=" + c.get("cache") + " reads states from a pool: state must not be none");
+  if (std::string why = check_regime(p); !why.empty()) return invalid(std::move(why));
   return Status::Ok();
+}
+
+// Absent from the id when rand, so every case made before regimes keeps its id and its bits.
+ParamSpec regime_param() {
+  ParamSpec p = choice("regime", "rand", {"rand", "converged", "tinyqk", "hugeqk"},
+                       "inputs: random | converged memory (v_t - S^T k_t = 2^-6 |v_t|; needs "
+                       "gate=zero, state=rand) | q/k token norms log-uniform in [1e-4, 1e-2] | "
+                       "in [1e2, 1e4] (both need l2=1)");
+  p.absent_by_default = true;
+  return p;
 }
 
 OpSchema gdr_schema() {
@@ -49,6 +61,7 @@ OpSchema gdr_schema() {
           choice("beta", "rand", {"rand", "zero", "one", "wide"},
                  "beta: sigmoid(N(0,1)) | 0 | 1 | 2 sigmoid(N(0,1))"),
           choice("keys", "norm", {"norm", "pos"}, "keys N(0,1) or |N(0,1)| (ill-conditioned)"),
+          regime_param(),
           integer("l2", "1", 0, 1, "in-kernel L2 norm of q, k (else pre-normalized)"),
           choice(
               "state", "rand", {"none", "rand", "mixed"},
@@ -85,13 +98,14 @@ Stream seq_stream(const Params& d, const GenOptions& o, const std::string& tenso
 }
 
 // q or k: N(0,1) (or |N(0,1)| for ill-conditioned keys); pre-normalized when the kernel is not
-// asked to normalize, so the rule stays contractive.
+// asked to normalize, so the rule stays contractive; regime=tinyqk / hugeqk: each token scaled to
+// its drawn norm (a stream of its own, so the directions are those of regime=rand).
 void fill_qk(const GenOptions& o, const Params& d, Tensor& t, bool positive) {
   const bool l2 = d.l2;
   const auto cu = d.layout.cu_seqlens();
   std::vector<double> row(static_cast<size_t>(d.K));
   for (int64_t s = 0; s < d.N; ++s) {
-    const Stream st = seq_stream(d, o, t.name(), s);
+    const Stream st = seq_stream(d, o, t.name(), s), sn = seq_stream(d, o, t.name() + "/norm", s);
     const int64_t len = d.layout.lengths[s], base = flat_begin(d, s);
     for (int64_t tok = 0; tok < len; ++tok)
       for (int64_t h = 0; h < d.H; ++h) {
@@ -102,7 +116,10 @@ void fill_qk(const GenOptions& o, const Params& d, Tensor& t, bool positive) {
           row[i] = x;
           ss += x * x;
         }
-        const double inv = l2 ? 1.0 : 1.0 / std::sqrt(ss + 1e-12);
+        double inv = l2 ? 1.0 : 1.0 / std::sqrt(ss + 1e-12);
+        if (const double norm = qk_token_norm(d.regime, sn, static_cast<uint64_t>(tok * d.H + h));
+            norm > 0.0 && ss > 0.0)
+          inv = norm / std::sqrt(ss);
         for (int64_t i = 0; i < d.K; ++i)
           t.set(((base + tok) * d.H + h) * d.K + i, static_cast<float>(row[i] * inv));
       }
@@ -182,6 +199,7 @@ TensorMap generate(const Case& c, const GenOptions& o) {
         s0.set(s * per + i, fresh ? 0.0 : static_cast<float>(0.5 * st.normal(i)));
     }
   }
+  if (d.regime == Regime::kConverged) converge_values(d, o, m);
   return m;
 }
 
@@ -192,6 +210,103 @@ int64_t gdr_input_bytes(const Case& c) {
   const int64_t tokens = d.B * d.T, es = cases::dtype_size(d.dtype);
   return tokens * (2 * d.H * d.K + d.HV * d.V + d.HV) * es + tokens * d.HV * 4 +
          2 * d.N * d.HV * d.K * d.V * 4;
+}
+
+// The input regimes (regimes.h), with seeds of their own (from 4000) so that every case before
+// them keeps its id: converged memory (gate=zero: a decaying memory drains), tiny and huge q/k
+// norms, on packed layouts with a zero-length sequence, in every dtype, with GVA.
+void regime_suite(SuiteBuilder& b, Tier t, const SuiteParams& base) {
+  const int tier = static_cast<int>(t);
+  int seed = 4000;
+  auto add = [&](const SuiteParams& over) {
+    b.add("gdr", merge(merge(base, {{"seed", std::to_string(seed++)}}), over));
+  };
+  auto converged = [&](const SuiteParams& over) {
+    add(merge({{"regime", "converged"}, {"gate", "zero"}}, over));
+  };
+  const std::vector<std::string> dtypes{"fp32", "bf16", "fp16"};
+  converged({{"layout", "packed[63,0,65]"}, {"dtype", "bf16"}});
+  add({{"regime", "tinyqk"}, {"layout", "packed[63,0,65]"}});
+  if (tier >= 1) {
+    converged({{"layout", "packed[63,0,65]"}});
+    converged({{"layout", "packed[0,37,129]"}, {"dtype", "bf16"}, {"H", "1"}, {"HV", "4"}});
+    converged({{"layout", "packed[15,0,64,65]"}, {"dtype", "fp16"}, {"HV", "8"}});
+    converged({{"layout", "packed[63,0,65]"}, {"dtype", "bf16"}, {"cache", "chunked"}});
+    for (const auto& dt : dtypes)
+      add({{"regime", "tinyqk"}, {"layout", "packed[1,0,64,129]"}, {"dtype", dt}});
+    add({{"regime", "tinyqk"}, {"layout", "packed[63,0,65]"}, {"dtype", "bf16"}, {"H", "1"}});
+    add({{"regime", "hugeqk"}, {"layout", "packed[63,0,65]"}, {"dtype", "fp16"}});
+    add({{"regime", "hugeqk"}, {"layout", "packed[63,0,65]"}, {"dtype", "bf16"}});
+  }
+  if (tier >= 2) {
+    for (const auto& dt : dtypes)
+      converged({{"layout", "packed[700,0,1300]"}, {"K", "128"}, {"V", "128"}, {"dtype", dt}});
+    converged({{"layout", "packed[3*8,300,2*8]"}, {"cache", "dynamic"}, {"dtype", "bf16"}});
+    converged({{"layout", "packed[1*16]"}, {"cache", "decode"}, {"dtype", "bf16"}});
+    converged({{"layout", "packed[63,0,65]"}, {"beta", "wide"}, {"dtype", "bf16"}});
+    converged({{"layout", "packed[63,0,65]"}, {"l2", "0"}, {"dtype", "fp16"}});
+    for (const auto& dt : dtypes)
+      add({{"regime", "tinyqk"},
+           {"layout", "packed[700,0,1300]"},
+           {"K", "128"},
+           {"V", "128"},
+           {"dtype", dt}});
+    add({{"regime", "tinyqk"}, {"layout", "packed[1*12]"}, {"cache", "pool"}, {"dtype", "bf16"}});
+    add({{"regime", "tinyqk"}, {"layout", "batch[6x4]"}, {"cache", "accept"}});
+    add({{"regime", "hugeqk"},
+         {"layout", "packed[63,0,65]"},
+         {"K", "128"},
+         {"V", "128"},
+         {"dtype", "fp16"}});
+    add({{"regime", "hugeqk"}, {"layout", "packed[3*8,300,2*8]"}, {"cache", "dynamic"}});
+  }
+}
+
+// Systematic tail sweeps (seeds from 5000): sequence lengths T = 64 + r and 128 + r for r in
+// 1..16, 63, 64, 65, so T % 64 and T % 128 take every residue 1..16 and 63..65 (fla-npu#407: the
+// final state wrong when the last chunk holds 1-15 tokens; sglang#29633: prompts = 1 mod 64),
+// one sequence a case in rotating dtypes and gates, and packed rows whose sequences cover the
+// residues. gate: a handful; full: every length.
+void tail_sweeps(SuiteBuilder& b, Tier t, const SuiteParams& base) {
+  const int tier = static_cast<int>(t);
+  if (tier < 1) return;
+  int seed = 5000;
+  auto add = [&](const SuiteParams& over) {
+    b.add("gdr", merge(merge(base, {{"seed", std::to_string(seed++)}}), over));
+  };
+  std::vector<int> residues;
+  for (int r = 1; r <= 16; ++r) residues.push_back(r);
+  for (int r : {63, 64, 65}) residues.push_back(r);
+  std::vector<int> lengths;
+  for (int at : {64, 128})
+    for (int r : residues)
+      if (std::find(lengths.begin(), lengths.end(), at + r) == lengths.end())
+        lengths.push_back(at + r);
+  const std::vector<int> gate_lengths{65, 69, 79, 127, 129, 141, 192};
+  const char* dtypes[] = {"fp32", "bf16", "fp16"};
+  const char* gates[] = {"strong", "tail", "weak"};
+  size_t i = 0;
+  for (int len : lengths) {
+    const bool in_gate =
+        std::find(gate_lengths.begin(), gate_lengths.end(), len) != gate_lengths.end();
+    if (tier >= 2 || in_gate)
+      add({{"layout", "single[" + std::to_string(len) + "]"},
+           {"dtype", dtypes[i % 3]},
+           {"gate", gates[i / 3 % 3]}});
+    ++i;
+  }
+  auto packed = [](int at) {  // one sequence per residue, a zero-length one among them
+    std::string l = "packed[";
+    for (int r = 1; r <= 16; ++r) l += std::to_string(at + r) + ",";
+    return l + "0," + std::to_string(at + 63) + "," + std::to_string(at + 64) + "," +
+           std::to_string(at + 65) + "]";
+  };
+  add({{"layout", packed(64)}});
+  if (tier >= 2) {
+    add({{"layout", packed(64)}, {"dtype", "bf16"}, {"gate", "tail"}});
+    add({{"layout", packed(128)}, {"dtype", "fp16"}});
+    add({{"layout", packed(128)}, {"dtype", "bf16"}, {"gate", "tail"}, {"cache", "chunked"}});
+  }
 }
 
 void gdr_suite(SuiteBuilder& b, Tier t) {
@@ -339,6 +454,8 @@ void gdr_suite(SuiteBuilder& b, Tier t) {
       tree({{"layout", "batch[16x16]"}, {"dtype", dt}, {"K", "128"}, {"V", "128"}});
     tree({{"layout", "batch[12x3]"}, {"l2", "0"}, {"gate", "weak"}});
   }
+  regime_suite(b, t, base);
+  tail_sweeps(b, t, base);
   if (tier < 1) return;
   // Appended later, with seeds of their own (from 1000), so that the cases above keep their ids.
   int appended_seed = 1000;
@@ -387,6 +504,7 @@ Params decode(const Case& c) {
   d.gate = decode_choice<Gate>(c, "gate", kGateNames);
   d.beta = decode_choice<Beta>(c, "beta", kBetaNames);
   d.keys = decode_choice<Keys>(c, "keys", kKeysNames);
+  if (c.has("regime")) d.regime = decode_choice<Regime>(c, "regime", kRegimeNames);
   d.l2 = c.get_bool("l2");
   d.state = decode_choice<State>(c, "state", kStateNames);
   d.cache = decode_choice<Cache>(c, "cache", kCacheNames);

@@ -30,11 +30,21 @@ uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
 
 // Which cases a hash covers: those calibrated first, the gdr serving contracts' cases
 // (cache=ckpt, accept), the serving scenarios (op serve), the rule's backward (op gdr_grad), its
-// context-parallel cases (gdr_grad with cp), the layer's (op layer_grad) or the tree-shaped drafts'
-// (cache=tree). Each later part has seeds of its own and is pinned on its own, so the others' bits
-// stay as they were.
-enum class Part { kCalibrated, kServingModes, kScenarios, kGrad, kTree, kLayerGrad, kGradCp };
+// context-parallel cases (gdr_grad with cp), the layer's (op layer_grad), the tree-shaped drafts'
+// (cache=tree) or gdr's input regimes (regime=..., ops/gdr/regimes.h). Each later part has seeds of
+// its own and is pinned on its own, so the others' bits stay as they were.
+enum class Part {
+  kCalibrated,
+  kServingModes,
+  kScenarios,
+  kGrad,
+  kTree,
+  kLayerGrad,
+  kGradCp,
+  kRegime
+};
 Part part_of(const Case& c) {
+  if (c.op() == "gdr" && c.has("regime")) return Part::kRegime;
   if (c.op() == "serve") return Part::kScenarios;
   if (c.op() == "gdr_grad") return c.has("cp") ? Part::kGradCp : Part::kGrad;
   if (c.op() == "layer_grad") return Part::kLayerGrad;
@@ -79,6 +89,11 @@ TEST_P(GeneratorBits, SmokeSuiteInputsAsCalibrated) {
 
 TEST_P(GeneratorBits, SmokeSuiteSaltedInputsAsCalibrated) {
   EXPECT_EQ(hex(suite_inputs_hash("smoke", true)), "4b4f9f61ec817054");
+}
+
+TEST_P(GeneratorBits, SmokeSuiteRegimeInputsAsPinned) {
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kRegime)), "166a4869c7896364");
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", true, Part::kRegime)), "664bd32417627b77");
 }
 
 TEST_P(GeneratorBits, SmokeSuiteServingInputsAsCalibrated) {

@@ -141,7 +141,11 @@ TEST(WrongBackends, ReadoutBeforeUpdateFailsEverywhere) {
   auto backend = make_backend("wrong:readout-before-update");
   for (const Case& c : gdr_prefill_cases("smoke")) {
     const CaseResult r = run_case(prepare(c), *backend);
-    EXPECT_EQ(r.verdict, Verdict::kFail) << c.id() << ": " << r.message;
+    // A converged memory's update is 2^-6 of v (ops/gdr/regimes.h): read out before it, o is
+    // ~1e-3 off, caught in fp32 and fp16 but within bf16's tolerance (docs/tolerance.md).
+    const bool hidden =
+        c.has("regime") && c.get("regime") == "converged" && c.get("dtype") == "bf16";
+    EXPECT_EQ(r.verdict, hidden ? Verdict::kPass : Verdict::kFail) << c.id() << ": " << r.message;
   }
 }
 
