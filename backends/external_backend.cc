@@ -17,6 +17,13 @@
 // which is removed afterwards whatever the program did to it (and, at the next run, when a killed
 // deltacheck left it behind: its lock is free); no file it writes may exceed an output-size limit
 // (RLIMIT_FSIZE), and {out} must be a regular file within that limit before it is read.
+//
+// Files in the case's folder (which the program can write) are reached through cases::SafeDir
+// (cases/safe_file.h): deltacheck makes stdout.txt and stderr.txt itself and hands the program
+// the descriptors; the last line of stderr is read back through deltacheck's own descriptor,
+// a bounded tail, so whatever the program puts at the name (a link to the user's files, a FIFO,
+// /dev/zero) is never truncated, read or waited on; {out} is opened without following a link and
+// checked on the descriptor HDF5 then reads (docs/reliability.md, "Issue 35").
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -37,7 +44,6 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -46,6 +52,7 @@
 #include <vector>
 
 #include "backends/backends.h"
+#include "cases/safe_file.h"
 #include "cases/safe_text.h"
 #include "golden/exchange.h"
 #include "harness/isolation.h"
@@ -67,9 +74,15 @@ std::string substitute(std::string cmd, const std::string& key, const std::strin
   return cmd;
 }
 
-// The last non-empty line the program wrote to stderr (a Python traceback ends with the error).
-std::string last_line(const std::string& path) {
-  std::ifstream f(path);
+// How much of the end of a program's stderr is read for its last line: a bound whatever it wrote.
+constexpr size_t kStderrTail = size_t{64} << 10;
+
+// The last non-empty line the program wrote to stderr (a Python traceback ends with the error),
+// from the end of the file open at `err` (deltacheck's descriptor of the file it made).
+std::string last_line(const cases::UniqueFd& err) {
+  StatusOr<std::string> tail = cases::read_tail(err.get(), kStderrTail);
+  if (!tail.ok()) return "";
+  std::istringstream f(tail.value());
   std::string line, last;
   while (std::getline(f, line))
     if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
@@ -255,12 +268,12 @@ void kill_everything(pid_t program) {
   }
 }
 
-// `channel_fd` >= 0 (serve mode): the program's stdin and stdout, and its stderr appends to
-// `err_path` (deltacheck truncates it before each call); otherwise stdin is /dev/null and stdout
-// goes to `out_path`.
-[[noreturn]] void guard_main(pid_t deltacheck, int report_fd, int channel_fd,
-                             const char* const* argv, char* const* envp, const char* out_path,
-                             const char* err_path, const rlimit& fsize) {
+// `channel_fd` >= 0 (serve mode): the program's stdin and stdout; otherwise stdin is /dev/null and
+// stdout is `out_fd`. Its stderr is `err_fd` (in serve mode opened O_APPEND: deltacheck empties
+// it before each call). The descriptors are deltacheck's, of files it made (cases/safe_file.h).
+[[noreturn]] void guard_main(pid_t deltacheck, int report_fd, int channel_fd, int out_fd,
+                             int err_fd, const char* const* argv, char* const* envp,
+                             const rlimit& fsize) {
   // Die with deltacheck: SIGTERM (blocked, so it waits for the cleanup below) when the thread
   // that started the guard goes away, however it goes.
   sigset_t stop;
@@ -271,18 +284,16 @@ void kill_everything(pid_t program) {
   if (getppid() != deltacheck) _exit(1);  // deltacheck died before PR_SET_PDEATHSIG
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   // Nothing else deltacheck had open (other cases' pipes and locks) stays open here: the report
-  // pipe becomes fd 3 and the channel fd 4 (first moved above both, so neither overwrites the
-  // other).
+  // pipe becomes fd 3, the channel (or stdout's file) fd 4 and stderr's file fd 5 (first moved
+  // above them all, so none overwrites another).
+  const bool serve = channel_fd >= 0;
   const int report_high = fcntl(report_fd, F_DUPFD, 10);
-  const int channel_high = channel_fd >= 0 ? fcntl(channel_fd, F_DUPFD, 10) : -1;
-  if (report_high < 0 || (channel_fd >= 0 && channel_high < 0)) _exit(1);
-  if (dup2(report_high, 3) < 0) _exit(1);
+  const int io_high = fcntl(serve ? channel_fd : out_fd, F_DUPFD, 10);
+  const int err_high = fcntl(err_fd, F_DUPFD, 10);
+  if (report_high < 0 || io_high < 0 || err_high < 0) _exit(1);
+  if (dup2(report_high, 3) < 0 || dup2(io_high, 4) < 0 || dup2(err_high, 5) < 0) _exit(1);
   report_fd = 3;
-  if (channel_fd >= 0) {
-    if (dup2(channel_high, 4) < 0) _exit(1);
-    channel_fd = 4;
-  }
-  closefrom(channel_fd >= 0 ? 5 : 4);
+  closefrom(6);
   int exec_pipe[2];
   if (pipe2(exec_pipe, O_CLOEXEC) != 0) _exit(1);
   const pid_t program = fork();
@@ -293,15 +304,11 @@ void kill_everything(pid_t program) {
     sigprocmask(SIG_SETMASK, &none, nullptr);
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    const int in = channel_fd >= 0 ? channel_fd : open("/dev/null", O_RDONLY);
-    const int out =
-        channel_fd >= 0 ? channel_fd : open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    const int err =
-        open(err_path, O_WRONLY | O_CREAT | O_TRUNC | (channel_fd >= 0 ? O_APPEND : 0), 0600);
-    if (in < 0 || out < 0 || err < 0) _exit(126);
+    const int in = serve ? 4 : open("/dev/null", O_RDONLY);
+    if (in < 0) _exit(126);
     dup2(in, 0);
-    dup2(out, 1);
-    dup2(err, 2);
+    dup2(4, 1);
+    dup2(5, 2);
     dup2(exec_pipe[1], 3);  // closed by a successful exec
     fcntl(3, F_SETFD, FD_CLOEXEC);
     closefrom(4);
@@ -313,7 +320,8 @@ void kill_everything(pid_t program) {
   }
   setpgid(program, program);  // also here: no race with the program's own call
   close(exec_pipe[1]);
-  if (channel_fd >= 0) close(channel_fd);  // the worker's end is the worker's alone
+  close(4);  // the worker's end of the channel is the worker's alone
+  close(5);
   int exec_errno = 0;
   if (read(exec_pipe[0], &exec_errno, sizeof exec_errno) == sizeof exec_errno) {
     const GuardMessage m{GuardMessage::kExecFailed, exec_errno};
@@ -362,12 +370,11 @@ struct Guarded {
 };
 
 // Starts `cmd` through /bin/sh under a guard (above), with TMPDIR set to `tmpdir`. Per call
-// (`channel_fd` < 0): stdin from /dev/null, stdout and stderr to files. Serve mode: stdin and
-// stdout are `channel_fd` (the caller closes its copy), stderr appends to `err_path`, and
-// DELTACHECK_SERVE=1 is in the environment.
-StatusOr<Guarded> start_guarded(const std::string& cmd, int channel_fd, const std::string& out_path,
-                                const std::string& err_path, const std::string& tmpdir,
-                                uint64_t max_file_bytes) {
+// (`channel_fd` < 0): stdin from /dev/null, stdout to `out_fd`. Serve mode: stdin and stdout are
+// `channel_fd` (the caller closes its copy) and DELTACHECK_SERVE=1 is in the environment. Stderr
+// goes to `err_fd` in both. The caller keeps (and closes) `out_fd` and `err_fd`.
+StatusOr<Guarded> start_guarded(const std::string& cmd, int channel_fd, int out_fd, int err_fd,
+                                const std::string& tmpdir, uint64_t max_file_bytes) {
   const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
   // The environment (built before fork: the child may only make async-signal-safe calls).
   std::vector<std::string> env;
@@ -394,8 +401,7 @@ StatusOr<Guarded> start_guarded(const std::string& cmd, int channel_fd, const st
   }
   if (guard == 0) {
     close(report[0]);
-    guard_main(self, report[1], channel_fd, argv, envp.data(), out_path.c_str(), err_path.c_str(),
-               fsize);
+    guard_main(self, report[1], channel_fd, out_fd, err_fd, argv, envp.data(), fsize);
   }
   close(report[1]);
   return Guarded{guard, report[0]};
@@ -440,11 +446,11 @@ StatusOr<Exit> stop_guarded(Guarded& g, bool timed_out) {
 }
 
 // Runs `cmd` through /bin/sh under a guard (above), stdin from /dev/null and stdout/stderr to
-// files; after `timeout_s` the guard is told to stop, and kills everything the program started.
-StatusOr<Exit> run_program(const std::string& cmd, double timeout_s, const std::string& out_path,
-                           const std::string& err_path, const std::string& tmpdir,
-                           uint64_t max_file_bytes) {
-  StatusOr<Guarded> started = start_guarded(cmd, -1, out_path, err_path, tmpdir, max_file_bytes);
+// the files open at `out_fd` and `err_fd`; after `timeout_s` the guard is told to stop, and kills
+// everything the program started.
+StatusOr<Exit> run_program(const std::string& cmd, double timeout_s, int out_fd, int err_fd,
+                           const std::string& tmpdir, uint64_t max_file_bytes) {
+  StatusOr<Guarded> started = start_guarded(cmd, -1, out_fd, err_fd, tmpdir, max_file_bytes);
   if (!started.ok()) return started.status();
   Guarded g = started.value();
   const auto deadline =
@@ -511,9 +517,20 @@ std::string exec_failure(int exec_errno) {
               : "");
 }
 
+// A file of the program's folder for it to write (stdout.txt, stderr.txt), made by deltacheck
+// before the program starts and handed to it as a descriptor: a link or FIFO already there is
+// refused, not followed. Read-write: deltacheck reads stderr's tail back through it.
+StatusOr<cases::UniqueFd> open_output(const std::string& folder, std::string_view name, int flags) {
+  StatusOr<cases::SafeDir> dir = cases::SafeDir::open(folder, false);
+  if (!dir.ok()) return Status::Internal(dir.status().message());
+  StatusOr<cases::UniqueFd> f = dir.value().open_write(name, O_RDWR | O_TRUNC | flags);
+  if (!f.ok()) return Status::Internal("cannot make the program's file: " + f.status().message());
+  return f;
+}
+
 // ": <the last line of stderr>", or "".
-std::string said(const std::string& err_path) {
-  const std::string line = last_line(err_path);
+std::string said(const cases::UniqueFd& err) {
+  const std::string line = last_line(err);
   return line.empty() ? "" : ": " + line;
 }
 
@@ -530,14 +547,14 @@ constexpr size_t kMaxLine = size_t{64} << 10;
 constexpr uint64_t kServeMinFileLimit = uint64_t{256} << 20;
 
 // One serve-mode program under its guard, the folder its calls use (TMPDIR is its tmp/) and the
-// stderr file each call starts afresh.
+// stderr file each call starts afresh (deltacheck holds it: emptied and read through its own
+// descriptor, whatever the worker does to the name stderr.txt).
 class Worker {
  public:
   ~Worker() { (void)stop(); }
   bool running() const { return g_.guard > 0; }
   uint64_t file_limit() const { return file_limit_; }
   const std::string& folder() const { return dir_->path(); }
-  std::string err_path() const { return dir_->path() + "/stderr.txt"; }
   int calls() const { return calls_; }
 
   // Starts `cmd` and waits up to `timeout_s` for its handshake.
@@ -556,7 +573,14 @@ class Worker {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
       return Status::Internal(std::string("socketpair failed: ") + std::strerror(errno));
-    StatusOr<Guarded> g = start_guarded(cmd, sv[1], "", err_path(), tmp, file_limit);
+    StatusOr<cases::UniqueFd> err = open_output(dir_->path(), "stderr.txt", O_APPEND);
+    if (!err.ok()) {
+      close(sv[0]);
+      close(sv[1]);
+      return err.status();
+    }
+    err_ = err.take();
+    StatusOr<Guarded> g = start_guarded(cmd, sv[1], -1, err_.get(), tmp, file_limit);
     close(sv[1]);
     if (!g.ok()) {
       close(sv[0]);
@@ -580,7 +604,7 @@ class Worker {
           << " s";
     else if (got == Got::kTooLong)
       why << "external worker's first line is over " << kMaxLine << " bytes";
-    const std::string tail = said(err_path());
+    const std::string tail = said(err_);
     StatusOr<Exit> e = stop(got == Got::kTimeout, /*keep_folder=*/true);
     if (got == Got::kEnded) {
       const bool exec_failed = e.ok() && e.value().exec_errno != 0;
@@ -633,7 +657,9 @@ class Worker {
   // worker and comes back as the call's error.
   StatusOr<std::string> call(const std::string& request, double timeout_s) {
     ++calls_;
-    (void)truncate(err_path().c_str(), 0);  // stderr per call: appended from offset 0 again
+    // Stderr per call: the file deltacheck made, appended from offset 0 again (never the name:
+    // the worker may have put a link to the user's files there).
+    (void)!ftruncate(err_.get(), 0);
     const std::string line = request + "\n";
     size_t sent = 0;
     while (sent < line.size()) {
@@ -648,7 +674,7 @@ class Worker {
     std::string answer;
     const Got got = read_line(deadline(timeout_s), answer);
     if (got == Got::kLine) return answer;
-    const std::string tail = said(err_path());
+    const std::string tail = said(err_);
     StatusOr<Exit> e = stop(got == Got::kTimeout, /*keep_folder=*/true);
     std::ostringstream why;
     if (got == Got::kTimeout) {
@@ -678,6 +704,7 @@ class Worker {
     StatusOr<Exit> e = reaped_ ? guard_exit(g_, timed_out) : stop_guarded(g_, timed_out);
     reaped_ = false;
     g_ = Guarded{};
+    err_ = cases::UniqueFd();
     if (!keep_folder) dir_.reset();
     return e;
   }
@@ -751,6 +778,7 @@ class Worker {
   }
 
   std::unique_ptr<TempDir> dir_;
+  cases::UniqueFd err_;  // stderr.txt as made, read and emptied through this descriptor
   Guarded g_;
   bool reaped_ = false;  // the guard has been waited for (read_line saw it exit)
   int fd_ = -1;
@@ -810,9 +838,12 @@ class ExternalBackend : public Backend {
     if (Status st = write_in(in, c, inputs, outputs); !st.ok()) return st;
     const std::string cmd =
         substitute(substitute(cmd_, "{in}", shell_quote(in)), "{out}", shell_quote(out));
-    const std::string err_path = dir.path() + "/stderr.txt";
-    StatusOr<Exit> e =
-        run_program(cmd, timeout_s_, dir.path() + "/stdout.txt", err_path, dir.path(), max_file);
+    StatusOr<cases::UniqueFd> out_file = open_output(dir.path(), "stdout.txt", 0);
+    if (!out_file.ok()) return out_file.status();
+    StatusOr<cases::UniqueFd> err = open_output(dir.path(), "stderr.txt", 0);
+    if (!err.ok()) return err.status();
+    StatusOr<Exit> e = run_program(cmd, timeout_s_, out_file.value().get(), err.value().get(),
+                                   dir.path(), max_file);
     if (!e.ok()) return e.status();
     if (e.value().exec_errno != 0) return Status::Internal(exec_failure(e.value().exec_errno));
     if (e.value().timed_out) {
@@ -821,10 +852,10 @@ class ExternalBackend : public Backend {
         << " s (killed, with every process it started)";
       return Status::Internal(s.str());
     }
-    if (const std::string how = ended_badly(e.value(), dir.path(), max_file, said(err_path));
+    if (const std::string how = ended_badly(e.value(), dir.path(), max_file, said(err.value()));
         !how.empty())
       return Status::Internal("external program " + how);
-    return read_out("external program", out, max_file, outputs);
+    return read_out("external program", dir.path(), max_file, outputs);
   }
 
  private:
@@ -885,7 +916,7 @@ class ExternalBackend : public Backend {
     const std::string word = a.substr(0, space);
     const std::string reason =
         space == std::string::npos ? "" : cases::printable_line(a.substr(space + 1), 300);
-    if (a == "ok") return read_out("external worker", out, max_file, outputs);
+    if (a == "ok") return read_out("external worker", dir, max_file, outputs);
     if (word == "error")
       return Status::Internal("external worker: " + (reason.empty() ? "error" : reason));
     if (word == "unsupported")
@@ -905,19 +936,32 @@ class ExternalBackend : public Backend {
     return Status::Ok();
   }
 
-  // Checks {out} and reads the outputs from it (`who`: "external program" or "external worker").
-  Status read_out(const std::string& who, const std::string& out, uint64_t max_file,
+  // Checks {out} (out.h5 in `folder`) and reads the outputs from it (`who`: "external program" or
+  // "external worker").
+  Status read_out(const std::string& who, const std::string& folder, uint64_t max_file,
                   cases::TensorMap& outputs) {
     // {out} must be a regular file (a FIFO or a link to a device would block or never end)
-    // within the limit before HDF5 opens it.
-    struct stat ost;
-    if (lstat(out.c_str(), &ost) == 0 &&
-        (!S_ISREG(ost.st_mode) || static_cast<uint64_t>(ost.st_size) >= max_file))
-      return Status::InvalidArgument(S_ISREG(ost.st_mode)
-                                         ? who + "'s {out} is " + std::to_string(ost.st_size) +
-                                               " bytes, at the output-size limit of " +
-                                               std::to_string(max_file)
-                                         : who + "'s {out} is not a regular file");
+    // within the limit before HDF5 opens it; HDF5 then reads the descriptor that was checked
+    // (/proc/self/fd/N), not the name, which a worker still running could point elsewhere.
+    StatusOr<cases::SafeDir> dir = cases::SafeDir::open(folder, false);
+    if (!dir.ok()) return Status::Internal(dir.status().message());
+    std::string out = folder + "/out.h5";  // missing: the reader says so
+    struct stat ost {};
+    StatusOr<cases::UniqueFd> opened = dir.value().open_read("out.h5", &ost, /*hard_links=*/true);
+    cases::UniqueFd held;
+    if (opened.ok()) {
+      if (static_cast<uint64_t>(ost.st_size) >= max_file)
+        return Status::InvalidArgument(who + "'s {out} is " + std::to_string(ost.st_size) +
+                                       " bytes, at the output-size limit of " +
+                                       std::to_string(max_file));
+      held = opened.take();
+      out = "/proc/self/fd/" + std::to_string(held.get());
+    } else if (const std::string kind = cases::not_regular_kind(dir.value(), "out.h5");
+               !kind.empty() && kind != "a hard link") {
+      return Status::InvalidArgument(who + "'s {out} is not a regular file (" + kind + ")");
+    } else if (!cases::is_not_found(opened.status())) {
+      return Status::InvalidArgument(who + "'s {out} cannot be read: " + opened.status().message());
+    }
     // Read in a child process too: the HDF5 library can hang or crash on a crafted file, and
     // the program's output is as untrusted as the program.
     Status st =

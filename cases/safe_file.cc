@@ -14,8 +14,9 @@ constexpr std::string_view kNotFoundSuffix = ": no such file";
 
 std::string errno_text(int e) { return std::strerror(e); }
 
-// What a non-regular file is, in words; empty for a regular file with one name.
-std::string kind_of(const struct stat& st) {
+// What a non-regular file is, in words; empty for a regular file with one name (or any number of
+// names, with `hard_links`).
+std::string kind_of(const struct stat& st, bool hard_links = false) {
   if (S_ISLNK(st.st_mode)) return "a symbolic link";
   if (S_ISFIFO(st.st_mode)) return "a FIFO";
   if (S_ISSOCK(st.st_mode)) return "a socket";
@@ -23,7 +24,7 @@ std::string kind_of(const struct stat& st) {
   if (S_ISBLK(st.st_mode)) return "a block device";
   if (S_ISDIR(st.st_mode)) return "a folder";
   if (!S_ISREG(st.st_mode)) return "not a regular file";
-  if (st.st_nlink > 1) return "a hard link";
+  if (st.st_nlink > 1 && !hard_links) return "a hard link";
   return "";
 }
 
@@ -103,7 +104,8 @@ StatusOr<SafeDir> SafeDir::sub(std::string_view name, bool create) const {
 // Opens `name` for reading when it is a regular file with one name. The type is looked at before
 // the open (so a device is never opened: opening some has effects) and again on the descriptor
 // (what was opened is what is read, whatever was swapped in between).
-StatusOr<UniqueFd> SafeDir::open_read(std::string_view name, struct stat* given) const {
+StatusOr<UniqueFd> SafeDir::open_read(std::string_view name, struct stat* given,
+                                      bool hard_links) const {
   struct stat own {};
   struct stat* st = given ? given : &own;
   Status named = check_name(path_, name);
@@ -113,7 +115,7 @@ StatusOr<UniqueFd> SafeDir::open_read(std::string_view name, struct stat* given)
     if (errno == ENOENT) return Status::InvalidArgument(path + std::string(kNotFoundSuffix));
     return Status::InvalidArgument(path + ": " + errno_text(errno));
   }
-  std::string kind = kind_of(*st);
+  std::string kind = kind_of(*st, hard_links);
   if (!kind.empty()) return not_regular(path, kind);
   UniqueFd f(::openat(fd(), n.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
   if (!f) {
@@ -122,7 +124,7 @@ StatusOr<UniqueFd> SafeDir::open_read(std::string_view name, struct stat* given)
     return Status::InvalidArgument(path + ": " + errno_text(errno));
   }
   if (::fstat(f.get(), st) != 0) return Status::Internal(path + ": " + errno_text(errno));
-  kind = kind_of(*st);
+  kind = kind_of(*st, hard_links);
   if (!kind.empty()) return not_regular(path, kind);
   return f;
 }

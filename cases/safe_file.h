@@ -73,8 +73,11 @@ class SafeDir {
   StatusOr<UniqueFd> open_write(std::string_view name, int flags, mode_t mode = 0600) const;
   // Opens a regular file of this folder for reading (the same refusals as read(); `st`, when
   // given, receives its fstat): for readers that need a descriptor (HDF5 reads {out} through
-  // /proc/self/fd/N, so what was checked is what is read).
-  StatusOr<UniqueFd> open_read(std::string_view name, struct stat* st = nullptr) const;
+  // /proc/self/fd/N, so what was checked is what is read). `hard_links`: a file with more than
+  // one name is accepted too, for a reader whose content never reaches a report as text (a
+  // candidate's {out}: a worker may link a result it keeps).
+  StatusOr<UniqueFd> open_read(std::string_view name, struct stat* st = nullptr,
+                               bool hard_links = false) const;
   Status rename(std::string_view from, std::string_view to) const;  // renameat within this folder
   Status remove(std::string_view name) const;                       // unlinkat, never follows
   bool exists(std::string_view name) const;  // fstatat AT_SYMLINK_NOFOLLOW: a link counts

@@ -142,6 +142,7 @@ TEST_F(SafeFile, AHardLinkToAFileOutsideIsNeitherReadNorTruncated) {
   expect_refused(dir().open_write("stderr.txt", O_TRUNC).status(), "more than one name");
   EXPECT_EQ(slurp(canary_), kCanary);
   EXPECT_EQ(not_regular_kind(dir(), "stderr.txt"), "a hard link");
+  EXPECT_TRUE(dir().open_read("stderr.txt", nullptr, /*hard_links=*/true).ok());  // when asked
 }
 
 TEST_F(SafeFile, ALinkOrAFileInAFoldersPlaceIsRefused) {
