@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "backends/backends.h"
+#include "backends/serve_protocol.h"
 #include "cases/safe_file.h"
 #include "cases/safe_text.h"
 #include "golden/exchange.h"
@@ -537,12 +538,10 @@ std::string said(const cases::UniqueFd& err) {
 // --- serve mode: one program answers many calls (docs/external.md) --------------------------
 //
 // deltacheck -> worker, per call:  run<TAB>{in}<TAB>{out}<LF>
-// worker -> deltacheck, first:     deltacheck-serve 1<LF>
-//                       per call:  ok<LF> | error <reason><LF> | unsupported <reason><LF>
+// worker -> deltacheck: the handshake, then one answer line per call (backends/serve_protocol.h).
 
-constexpr const char* kHandshake = "deltacheck-serve 1";
-// A line longer than this is garbage, not an answer.
-constexpr size_t kMaxLine = size_t{64} << 10;
+using serve::kHandshake;
+using serve::kMaxLine;
 // A worker's output-size limit: at least this (a call that needs more starts a new worker).
 constexpr uint64_t kServeMinFileLimit = uint64_t{256} << 20;
 
@@ -593,12 +592,11 @@ class Worker {
     calls_ = 0;
     std::string line;
     const Got got = read_line(deadline(timeout_s), line);
-    if (got == Got::kLine && line == kHandshake) return Status::Ok();
+    const Status handshake = got == Got::kLine ? serve::check_handshake(line) : Status::Ok();
+    if (got == Got::kLine && handshake.ok()) return Status::Ok();
     std::ostringstream why;
     if (got == Got::kLine)
-      why << "external worker's first line is '" << cases::printable_line(line, 80)
-          << "', expected '" << kHandshake
-          << "' (--serve runs a program that speaks docs/external.md; --cmd runs one per call)";
+      why << handshake.message();
     else if (got == Got::kTimeout)
       why << "external worker sent no handshake ('" << kHandshake << "') within " << timeout_s
           << " s";
@@ -628,7 +626,7 @@ class Worker {
       const ssize_t n = recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
       if (n > 0) buffer_.append(buf, static_cast<size_t>(n));
       if (!buffer_.empty()) {
-        const std::string unasked = buffer_.substr(0, 60);
+        const std::string unasked(buffer_.pending().substr(0, 60));
         (void)stop();
         return Status::Internal(
             "external worker wrote to stdout between calls ('" +
@@ -728,14 +726,9 @@ class Worker {
   // it sent more than kMaxLine bytes without a line break.
   Got read_line(Clock::time_point until, std::string& line) {
     for (;;) {
-      const size_t nl = buffer_.find('\n');
-      if (nl != std::string::npos) {
-        line = buffer_.substr(0, nl);
-        buffer_.erase(0, nl + 1);
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        return Got::kLine;
-      }
-      if (buffer_.size() > kMaxLine) return Got::kTooLong;
+      const serve::LineBuffer::Next next = buffer_.next(line);
+      if (next == serve::LineBuffer::Next::kLine) return Got::kLine;
+      if (next == serve::LineBuffer::Next::kTooLong) return Got::kTooLong;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
       if (left.count() <= 0) return Got::kTimeout;
       // A prompt answer wakes poll at once; the 50 ms steps only look after the guard.
@@ -771,7 +764,7 @@ class Worker {
         ssize_t n;
         while ((n = recv(fd_, buf, sizeof buf, MSG_DONTWAIT)) > 0)
           buffer_.append(buf, static_cast<size_t>(n));
-        if (buffer_.find('\n') != std::string::npos) continue;
+        if (buffer_.has_line()) continue;
         return Got::kEnded;
       }
     }
@@ -782,7 +775,7 @@ class Worker {
   Guarded g_;
   bool reaped_ = false;  // the guard has been waited for (read_line saw it exit)
   int fd_ = -1;
-  std::string buffer_;
+  serve::LineBuffer buffer_;
   uint64_t file_limit_ = 0;
   int calls_ = 0;
 };
@@ -911,20 +904,22 @@ class ExternalBackend : public Backend {
     if (Status st = write_in(in, c, inputs, outputs); !st.ok()) return st;
     StatusOr<std::string> answer = w.call("run\t" + in + "\t" + out, timeout_s_);
     if (!answer.ok()) return answer.status();
-    const std::string& a = answer.value();
-    const size_t space = a.find(' ');
-    const std::string word = a.substr(0, space);
-    const std::string reason =
-        space == std::string::npos ? "" : cases::printable_line(a.substr(space + 1), 300);
-    if (a == "ok") return read_out("external worker", dir, max_file, outputs);
-    if (word == "error")
-      return Status::Internal("external worker: " + (reason.empty() ? "error" : reason));
-    if (word == "unsupported")
-      return Status::Unsupported(reason.empty() ? "declined by the external worker" : reason);
-    (void)w.stop();
-    return Status::Internal("external worker answered garbage: '" + cases::printable_line(a, 80) +
-                            "', expected ok, error <reason> or unsupported <reason> (killed; the "
-                            "next call starts a new one)");
+    StatusOr<serve::Answer> parsed = serve::parse_answer(answer.value());
+    if (!parsed.ok()) {
+      (void)w.stop();
+      return Status::Internal("external worker answered garbage: " + parsed.status().message() +
+                              " (killed; the next call starts a new one)");
+    }
+    const std::string& reason = parsed.value().reason;
+    switch (parsed.value().kind) {
+      case serve::Answer::Kind::kOk:
+        return read_out("external worker", dir, max_file, outputs);
+      case serve::Answer::Kind::kError:
+        return Status::Internal("external worker: " + (reason.empty() ? "error" : reason));
+      case serve::Answer::Kind::kUnsupported:
+        return Status::Unsupported(reason.empty() ? "declined by the external worker" : reason);
+    }
+    return Status::Internal("external worker: unknown answer");
   }
 
   static Status write_in(const std::string& in, const cases::Case& c,
