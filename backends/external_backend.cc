@@ -24,7 +24,6 @@
 // a bounded tail, so whatever the program puts at the name (a link to the user's files, a FIFO,
 // /dev/zero) is never truncated, read or waited on; {out} is opened without following a link and
 // checked on the descriptor HDF5 then reads (docs/reliability.md, "Issue 35").
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -91,49 +90,34 @@ std::string last_line(const cases::UniqueFd& err) {
   return cases::printable_line(last, 300);
 }
 
-// Makes a folder the program may have locked (chmod 000) removable again; never follows a
-// symbolic link out of it.
-void make_removable(const std::string& path, int depth = 0) {
-  struct stat st;
-  if (depth > 64 || lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
-  chmod(path.c_str(), 0700);
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(path, ec))
-    make_removable(e.path().string(), depth + 1);
-}
-
-void remove_folder(const std::string& path) {
-  make_removable(path);
-  std::error_code ec;
-  std::filesystem::remove_all(path, ec);
-}
-
 constexpr const char* kTempPrefix = "deltacheck-external-";
 
 // Folders of deltacheck processes that are gone: a run holds a lock on its folder (flock on the
 // folder itself, released by the kernel when the process dies), so a folder whose lock is free
 // belongs to nobody. A PID in the name proves nothing (another PID namespace sharing TMPDIR, a
 // reused PID).
+// Removed with SafeDir::remove_tree (never following a link out of them, also through chmod 000
+// subfolders): a killed run's program may have left anything in its folder.
 void remove_stale_folders(const std::string& base) {
-  DIR* d = opendir(base.c_str());
-  if (!d) return;
+  StatusOr<cases::SafeDir> dir = cases::SafeDir::open(base, false);
+  if (!dir.ok()) return;
   std::vector<std::string> stale;
-  while (const dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
+  for (const std::string& name : dir.value().names()) {
     if (name.rfind(kTempPrefix, 0) != 0) continue;
-    const std::string path = base + "/" + name;
-    const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int fd =
+        openat(dir.value().fd(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) continue;
     struct stat st;
     if (fstat(fd, &st) == 0 && st.st_uid == getuid() && flock(fd, LOCK_EX | LOCK_NB) == 0)
-      stale.push_back(path);
+      stale.push_back(name);
     close(fd);
   }
-  closedir(d);
-  for (const std::string& p : stale) remove_folder(p);
+  for (const std::string& n : stale) (void)dir.value().remove_tree(n);
 }
 
-// A private temporary folder, locked while this process uses it, removed with everything in it.
+// A private temporary folder, locked while this process uses it, held open (the program can write
+// it, and rename or replace anything in it: everything below is reached through the held
+// descriptor, cases/safe_file.h), removed with everything in it.
 class TempDir {
  public:
   TempDir() {
@@ -148,24 +132,28 @@ class TempDir {
     }
     std::string tmpl = dir + "/" + kTempPrefix + std::to_string(getpid()) + "-XXXXXX";
     if (!mkdtemp(tmpl.data())) return;
-    lock_fd_ = open(tmpl.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (lock_fd_ < 0 || flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-      remove_folder(tmpl);
+    StatusOr<cases::SafeDir> held = cases::SafeDir::open(tmpl, false);
+    if (!held.ok() || flock(held.value().fd(), LOCK_EX | LOCK_NB) != 0) {
+      (void)cases::SafeDir::remove_tree_at(tmpl);
       return;
     }
+    dir_ = held.take();  // the lock is on this descriptor: held as long as the folder is
     path_ = tmpl;
   }
   ~TempDir() {
-    if (!path_.empty()) remove_folder(path_);
-    if (lock_fd_ >= 0) close(lock_fd_);
+    if (path_.empty()) return;
+    // What is in the folder deltacheck made, through its descriptor; then the folder's name.
+    (void)dir_.remove_contents();
+    (void)cases::SafeDir::remove_tree_at(path_);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   const std::string& path() const { return path_; }
+  const cases::SafeDir& dir() const { return dir_; }
 
  private:
   std::string path_;
-  int lock_fd_ = -1;
+  cases::SafeDir dir_;
 };
 
 // How the program ended, as its guard saw it.
@@ -521,10 +509,8 @@ std::string exec_failure(int exec_errno) {
 // A file of the program's folder for it to write (stdout.txt, stderr.txt), made by deltacheck
 // before the program starts and handed to it as a descriptor: a link or FIFO already there is
 // refused, not followed. Read-write: deltacheck reads stderr's tail back through it.
-StatusOr<cases::UniqueFd> open_output(const std::string& folder, std::string_view name, int flags) {
-  StatusOr<cases::SafeDir> dir = cases::SafeDir::open(folder, false);
-  if (!dir.ok()) return Status::Internal(dir.status().message());
-  StatusOr<cases::UniqueFd> f = dir.value().open_write(name, O_RDWR | O_TRUNC | flags);
+StatusOr<cases::UniqueFd> open_output(const cases::SafeDir& dir, std::string_view name, int flags) {
+  StatusOr<cases::UniqueFd> f = dir.open_write(name, O_RDWR | O_TRUNC | flags);
   if (!f.ok()) return Status::Internal("cannot make the program's file: " + f.status().message());
   return f;
 }
@@ -554,6 +540,7 @@ class Worker {
   bool running() const { return g_.guard > 0; }
   uint64_t file_limit() const { return file_limit_; }
   const std::string& folder() const { return dir_->path(); }
+  const cases::SafeDir& dir() const { return dir_->dir(); }
   int calls() const { return calls_; }
 
   // Starts `cmd` and waits up to `timeout_s` for its handshake.
@@ -572,7 +559,7 @@ class Worker {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
       return Status::Internal(std::string("socketpair failed: ") + std::strerror(errno));
-    StatusOr<cases::UniqueFd> err = open_output(dir_->path(), "stderr.txt", O_APPEND);
+    StatusOr<cases::UniqueFd> err = open_output(dir_->dir(), "stderr.txt", O_APPEND);
     if (!err.ok()) {
       close(sv[0]);
       close(sv[1]);
@@ -828,12 +815,12 @@ class ExternalBackend : public Backend {
       return Status::Internal(std::string("cannot create a temporary folder: ") +
                               std::strerror(errno));
     const std::string in = dir.path() + "/in.h5", out = dir.path() + "/out.h5";
-    if (Status st = write_in(in, c, inputs, outputs); !st.ok()) return st;
+    if (Status st = write_in(dir.dir(), "in.h5", c, inputs, outputs); !st.ok()) return st;
     const std::string cmd =
         substitute(substitute(cmd_, "{in}", shell_quote(in)), "{out}", shell_quote(out));
-    StatusOr<cases::UniqueFd> out_file = open_output(dir.path(), "stdout.txt", 0);
+    StatusOr<cases::UniqueFd> out_file = open_output(dir.dir(), "stdout.txt", 0);
     if (!out_file.ok()) return out_file.status();
-    StatusOr<cases::UniqueFd> err = open_output(dir.path(), "stderr.txt", 0);
+    StatusOr<cases::UniqueFd> err = open_output(dir.dir(), "stderr.txt", 0);
     if (!err.ok()) return err.status();
     StatusOr<Exit> e = run_program(cmd, timeout_s_, out_file.value().get(), err.value().get(),
                                    dir.path(), max_file);
@@ -848,7 +835,7 @@ class ExternalBackend : public Backend {
     if (const std::string how = ended_badly(e.value(), dir.path(), max_file, said(err.value()));
         !how.empty())
       return Status::Internal("external program " + how);
-    return read_out("external program", dir.path(), max_file, outputs);
+    return read_out("external program", dir.dir(), max_file, outputs);
   }
 
  private:
@@ -892,16 +879,23 @@ class ExternalBackend : public Backend {
     if (!w.running())
       if (Status st = w.start(serve_, timeout_s_, std::max(max_file, kServeMinFileLimit)); !st.ok())
         return st;
-    // The call's files, in a folder of their own, removed after the call.
-    const std::string dir = w.folder() + "/call-" + std::to_string(w.calls() + 1);
-    if (mkdir(dir.c_str(), 0700) != 0)
-      return Status::Internal("cannot create " + dir + ": " + std::strerror(errno));
+    // The call's files, in a folder of their own made and reached through the worker's folder
+    // held open, removed after the call with SafeDir::remove_tree: the worker is still running
+    // and may have put anything there, or swap anything while it is removed.
+    const std::string name = "call-" + std::to_string(w.calls() + 1);
+    if (mkdirat(w.dir().fd(), name.c_str(), 0700) != 0)
+      return Status::Internal("cannot create " + w.dir().path_of(name) + ": " +
+                              std::strerror(errno));
     struct Remove {
-      const std::string& path;
-      ~Remove() { remove_folder(path); }
-    } remove{dir};
-    const std::string in = dir + "/in.h5", out = dir + "/out.h5";
-    if (Status st = write_in(in, c, inputs, outputs); !st.ok()) return st;
+      const cases::SafeDir in;  // a copy: w.stop() below may end the worker's folder first
+      const std::string& name;
+      ~Remove() { (void)in.remove_tree(name); }
+    } remove{w.dir(), name};
+    StatusOr<cases::SafeDir> dir = w.dir().sub(name, false);
+    if (!dir.ok())
+      return Status::Internal("cannot open the call's folder: " + dir.status().message());
+    const std::string in = dir.value().path_of("in.h5"), out = dir.value().path_of("out.h5");
+    if (Status st = write_in(dir.value(), "in.h5", c, inputs, outputs); !st.ok()) return st;
     StatusOr<std::string> answer = w.call("run\t" + in + "\t" + out, timeout_s_);
     if (!answer.ok()) return answer.status();
     StatusOr<serve::Answer> parsed = serve::parse_answer(answer.value());
@@ -913,7 +907,7 @@ class ExternalBackend : public Backend {
     const std::string& reason = parsed.value().reason;
     switch (parsed.value().kind) {
       case serve::Answer::Kind::kOk:
-        return read_out("external worker", dir, max_file, outputs);
+        return read_out("external worker", dir.value(), max_file, outputs);
       case serve::Answer::Kind::kError:
         return Status::Internal("external worker: " + (reason.empty() ? "error" : reason));
       case serve::Answer::Kind::kUnsupported:
@@ -922,27 +916,25 @@ class ExternalBackend : public Backend {
     return Status::Internal("external worker: unknown answer");
   }
 
-  static Status write_in(const std::string& in, const cases::Case& c,
+  static Status write_in(const cases::SafeDir& dir, const std::string& name, const cases::Case& c,
                          const cases::TensorMap& inputs, const cases::TensorMap& outputs) {
     std::vector<OutputSpec> specs;
     for (const cases::Tensor& t : outputs.all()) specs.push_back({t.name(), t.dtype(), t.shape()});
-    if (Status st = golden::write_input_file(in, c, inputs, specs); !st.ok())
+    if (Status st = golden::write_input_file(dir, name, c, inputs, specs); !st.ok())
       return Status::Internal("cannot write {in}: " + st.message());
     return Status::Ok();
   }
 
-  // Checks {out} (out.h5 in `folder`) and reads the outputs from it (`who`: "external program" or
-  // "external worker").
-  Status read_out(const std::string& who, const std::string& folder, uint64_t max_file,
+  // Checks {out} (out.h5 in the case's folder `dir`, held open) and reads the outputs from it
+  // (`who`: "external program" or "external worker").
+  Status read_out(const std::string& who, const cases::SafeDir& dir, uint64_t max_file,
                   cases::TensorMap& outputs) {
     // {out} must be a regular file (a FIFO or a link to a device would block or never end)
     // within the limit before HDF5 opens it; HDF5 then reads the descriptor that was checked
     // (/proc/self/fd/N), not the name, which a worker still running could point elsewhere.
-    StatusOr<cases::SafeDir> dir = cases::SafeDir::open(folder, false);
-    if (!dir.ok()) return Status::Internal(dir.status().message());
-    std::string out = folder + "/out.h5";  // missing: the reader says so
+    std::string out = dir.path_of("out.h5");  // missing: the reader says so
     struct stat ost {};
-    StatusOr<cases::UniqueFd> opened = dir.value().open_read("out.h5", &ost, /*hard_links=*/true);
+    StatusOr<cases::UniqueFd> opened = dir.open_read("out.h5", &ost, /*hard_links=*/true);
     cases::UniqueFd held;
     if (opened.ok()) {
       if (static_cast<uint64_t>(ost.st_size) >= max_file)
@@ -951,7 +943,7 @@ class ExternalBackend : public Backend {
                                        std::to_string(max_file));
       held = opened.take();
       out = "/proc/self/fd/" + std::to_string(held.get());
-    } else if (const std::string kind = cases::not_regular_kind(dir.value(), "out.h5");
+    } else if (const std::string kind = cases::not_regular_kind(dir, "out.h5");
                !kind.empty() && kind != "a hard link") {
       return Status::InvalidArgument(who + "'s {out} is not a regular file (" + kind + ")");
     } else if (!cases::is_not_found(opened.status())) {

@@ -6,12 +6,17 @@
 // TMPDIR is the case's folder, stderr.txt in it) and --serve (one worker: TMPDIR is tmp/ of its
 // folder, stderr.txt beside it).
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/inotify.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "backends/registry.h"
 #include "golden_test_util.h"
@@ -159,12 +164,18 @@ TEST_F(HostileStderr, AFifoInPlaceOfStderrDoesNotHang) {
   EXPECT_NE(r.message.find("external program exited with code 3: its own words"), std::string::npos)
       << r.message;
   serve(worker(fifo(), /*exit_on_first=*/false));
-  for (int i = 1; i <= 2; ++i) {  // the second call empties stderr: through the file, not the FIFO
-    r = deltacheck::testing::within_deadline("--serve whose stderr.txt became a FIFO",
-                                             [&] { return call(); });
-    EXPECT_NE(r.message.find("external worker: call " + std::to_string(i)), std::string::npos)
-        << r.message;
-  }
+  // The second call empties stderr: through the file, not the FIFO. Both calls on one thread: a
+  // worker belongs to the thread that started it and is stopped when that thread ends (one
+  // within_deadline per call, each on a thread of its own, had the second call meet a new worker
+  // whenever the first one's guard noticed its thread was gone in time).
+  const std::vector<harness::CaseResult> both =
+      deltacheck::testing::within_deadline("--serve whose stderr.txt became a FIFO", [&] {
+        return std::vector<harness::CaseResult>{call(), call()};
+      });
+  for (int i = 1; i <= 2; ++i)
+    EXPECT_NE(both[i - 1].message.find("external worker: call " + std::to_string(i)),
+              std::string::npos)
+        << both[i - 1].message;
   serve(worker(fifo(), /*exit_on_first=*/true));
   r = deltacheck::testing::within_deadline(
       "--serve worker exiting after its stderr.txt became a "
@@ -203,6 +214,72 @@ TEST_F(HostileStderr, DevZeroInPlaceOfStderrIsNotReadWithoutEnd) {
   struct rusage ru {};
   ASSERT_EQ(getrusage(RUSAGE_CHILDREN, &ru), 0);
   EXPECT_LT(ru.ru_maxrss, 512 * 1024) << "KiB: /dev/zero was read";
+}
+
+// A worker still running when deltacheck removes its call folder (after each call) swaps a folder
+// of it for a link to a folder of the user's the moment the removal opens it (seen with inotify;
+// the swap is done by the test's thread, on the worker's cue, so that it lands every time). It
+// also leaves links to that folder in the call folder and in its own case folder. The removal
+// goes on in the folder it opened: every name, byte and mode in the user's folder stays, and
+// nothing is left in TMPDIR once the worker is gone.
+TEST_F(HostileStderr, AServeWorkersCallFolderSwappedMidRemovalLeavesTheUsersFolderAlone) {
+  namespace fs = std::filesystem;
+  const std::string user = dir_ / "user-folder", where = dir_ / "where", go = dir_ / "go";
+  fs::create_directory(user);
+  for (int i = 1; i <= 300; ++i) {
+    const std::string d = user + "/d" + std::to_string(i);
+    fs::create_directory(d);
+    ::chmod(d.c_str(), 0755);
+    std::ofstream(d + "/keep") << "keep";
+    std::ofstream(user + "/f" + std::to_string(i)) << "keep";
+  }
+  ::chmod(user.c_str(), 0755);
+  // The worker makes d/ with the user's names in its call folder, plants the links, tells the test
+  // where d/ is, waits for its go, then answers.
+  const std::string script = dir_ / "swap-worker.sh";
+  std::ofstream(script)
+      << "echo 'deltacheck-serve 1'\n"
+      << "while IFS='\t' read -r cmd in out; do\n"
+      << "  c=$(dirname \"$in\"); mkdir \"$c/d\"; cd \"$c/d\" || exit 1\n"
+      << "  seq 300 | sed 's/^/d/' | xargs mkdir; seq 300 | sed 's/^/f/' | xargs touch\n"
+      << "  cd / ; ln -s " << sh_quote(user) << " \"$c/link\"; ln -s " << sh_quote(user)
+      << " \"$c/../link\"\n"
+      << "  echo \"$c/d\" > " << sh_quote(where + ".tmp") << "; mv " << sh_quote(where + ".tmp")
+      << " " << sh_quote(where) << "\n"
+      << "  while [ ! -e " << sh_quote(go) << " ]; do sleep 0.01; done; rm -f " << sh_quote(go)
+      << "\n  echo 'error the folder is set'\ndone\n";
+  serve("exec sh '" + script + "'");
+  bool swapped = false;
+  std::thread swapper([&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!fs::exists(where) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::string d = slurp(where);
+    while (!d.empty() && d.back() == '\n') d.pop_back();
+    const int in = inotify_init1(IN_CLOEXEC);
+    const bool watched = !d.empty() && in >= 0 && inotify_add_watch(in, d.c_str(), IN_OPEN) >= 0;
+    std::ofstream(go) << "go";
+    pollfd p{in, POLLIN, 0};
+    if (watched && ::poll(&p, 1, 30000) == 1)
+      swapped = ::rename(d.c_str(), (d + ".moved").c_str()) == 0 &&
+                ::symlink(user.c_str(), d.c_str()) == 0;
+    if (in >= 0) ::close(in);
+  });
+  const harness::CaseResult r = call();
+  swapper.join();
+  EXPECT_EQ(r.verdict, Verdict::kError) << r.message;
+  EXPECT_NE(r.message.find("the folder is set"), std::string::npos) << r.message;
+  EXPECT_TRUE(swapped) << "the swap did not happen: the test proved nothing";
+  backend_.reset();  // the worker ends, its folder goes (TearDown: nothing left in TMPDIR)
+  EXPECT_EQ(fs::status(user).permissions(), static_cast<fs::perms>(0755));
+  int names = 0;
+  for (const auto& e : fs::directory_iterator(user)) names += e.path().empty() ? 0 : 1;
+  EXPECT_EQ(names, 600) << "files of the user's folder were removed";
+  for (int i = 1; i <= 300; ++i) {
+    const std::string d = user + "/d" + std::to_string(i);
+    EXPECT_EQ(fs::status(d).permissions(), static_cast<fs::perms>(0755)) << d;
+    EXPECT_EQ(slurp(d + "/keep"), "keep") << d;
+  }
 }
 
 }  // namespace
