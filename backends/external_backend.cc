@@ -17,7 +17,13 @@
 // which is removed afterwards whatever the program did to it (and, at the next run, when a killed
 // deltacheck left it behind: its lock is free); no file it writes may exceed an output-size limit
 // (RLIMIT_FSIZE), and {out} must be a regular file within that limit before it is read.
-#include <dirent.h>
+//
+// Files in the case's folder (which the program can write) are reached through cases::SafeDir
+// (cases/safe_file.h): deltacheck makes stdout.txt and stderr.txt itself and hands the program
+// the descriptors; the last line of stderr is read back through deltacheck's own descriptor,
+// a bounded tail, so whatever the program puts at the name (a link to the user's files, a FIFO,
+// /dev/zero) is never truncated, read or waited on; {out} is opened without following a link and
+// checked on the descriptor HDF5 then reads (docs/reliability.md, "Issue 35").
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -37,7 +43,6 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -46,6 +51,8 @@
 #include <vector>
 
 #include "backends/backends.h"
+#include "backends/serve_protocol.h"
+#include "cases/safe_file.h"
 #include "cases/safe_text.h"
 #include "golden/exchange.h"
 #include "harness/isolation.h"
@@ -67,31 +74,20 @@ std::string substitute(std::string cmd, const std::string& key, const std::strin
   return cmd;
 }
 
-// The last non-empty line the program wrote to stderr (a Python traceback ends with the error).
-std::string last_line(const std::string& path) {
-  std::ifstream f(path);
+// How much of the end of a program's stderr is read for its last line: a bound whatever it wrote.
+constexpr size_t kStderrTail = size_t{64} << 10;
+
+// The last non-empty line the program wrote to stderr (a Python traceback ends with the error),
+// from the end of the file open at `err` (deltacheck's descriptor of the file it made).
+std::string last_line(const cases::UniqueFd& err) {
+  StatusOr<std::string> tail = cases::read_tail(err.get(), kStderrTail);
+  if (!tail.ok()) return "";
+  std::istringstream f(tail.value());
   std::string line, last;
   while (std::getline(f, line))
     if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
   // The program's words go into reports and onto the console: valid UTF-8, no control codes.
   return cases::printable_line(last, 300);
-}
-
-// Makes a folder the program may have locked (chmod 000) removable again; never follows a
-// symbolic link out of it.
-void make_removable(const std::string& path, int depth = 0) {
-  struct stat st;
-  if (depth > 64 || lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
-  chmod(path.c_str(), 0700);
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(path, ec))
-    make_removable(e.path().string(), depth + 1);
-}
-
-void remove_folder(const std::string& path) {
-  make_removable(path);
-  std::error_code ec;
-  std::filesystem::remove_all(path, ec);
 }
 
 constexpr const char* kTempPrefix = "deltacheck-external-";
@@ -100,26 +96,28 @@ constexpr const char* kTempPrefix = "deltacheck-external-";
 // folder itself, released by the kernel when the process dies), so a folder whose lock is free
 // belongs to nobody. A PID in the name proves nothing (another PID namespace sharing TMPDIR, a
 // reused PID).
+// Removed with SafeDir::remove_tree (never following a link out of them, also through chmod 000
+// subfolders): a killed run's program may have left anything in its folder.
 void remove_stale_folders(const std::string& base) {
-  DIR* d = opendir(base.c_str());
-  if (!d) return;
+  StatusOr<cases::SafeDir> dir = cases::SafeDir::open(base, false);
+  if (!dir.ok()) return;
   std::vector<std::string> stale;
-  while (const dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
+  for (const std::string& name : dir.value().names()) {
     if (name.rfind(kTempPrefix, 0) != 0) continue;
-    const std::string path = base + "/" + name;
-    const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int fd =
+        openat(dir.value().fd(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) continue;
     struct stat st;
     if (fstat(fd, &st) == 0 && st.st_uid == getuid() && flock(fd, LOCK_EX | LOCK_NB) == 0)
-      stale.push_back(path);
+      stale.push_back(name);
     close(fd);
   }
-  closedir(d);
-  for (const std::string& p : stale) remove_folder(p);
+  for (const std::string& n : stale) (void)dir.value().remove_tree(n);
 }
 
-// A private temporary folder, locked while this process uses it, removed with everything in it.
+// A private temporary folder, locked while this process uses it, held open (the program can write
+// it, and rename or replace anything in it: everything below is reached through the held
+// descriptor, cases/safe_file.h), removed with everything in it.
 class TempDir {
  public:
   TempDir() {
@@ -134,24 +132,28 @@ class TempDir {
     }
     std::string tmpl = dir + "/" + kTempPrefix + std::to_string(getpid()) + "-XXXXXX";
     if (!mkdtemp(tmpl.data())) return;
-    lock_fd_ = open(tmpl.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (lock_fd_ < 0 || flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-      remove_folder(tmpl);
+    StatusOr<cases::SafeDir> held = cases::SafeDir::open(tmpl, false);
+    if (!held.ok() || flock(held.value().fd(), LOCK_EX | LOCK_NB) != 0) {
+      (void)cases::SafeDir::remove_tree_at(tmpl);
       return;
     }
+    dir_ = held.take();  // the lock is on this descriptor: held as long as the folder is
     path_ = tmpl;
   }
   ~TempDir() {
-    if (!path_.empty()) remove_folder(path_);
-    if (lock_fd_ >= 0) close(lock_fd_);
+    if (path_.empty()) return;
+    // What is in the folder deltacheck made, through its descriptor; then the folder's name.
+    (void)dir_.remove_contents();
+    (void)cases::SafeDir::remove_tree_at(path_);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   const std::string& path() const { return path_; }
+  const cases::SafeDir& dir() const { return dir_; }
 
  private:
   std::string path_;
-  int lock_fd_ = -1;
+  cases::SafeDir dir_;
 };
 
 // How the program ended, as its guard saw it.
@@ -255,12 +257,12 @@ void kill_everything(pid_t program) {
   }
 }
 
-// `channel_fd` >= 0 (serve mode): the program's stdin and stdout, and its stderr appends to
-// `err_path` (deltacheck truncates it before each call); otherwise stdin is /dev/null and stdout
-// goes to `out_path`.
-[[noreturn]] void guard_main(pid_t deltacheck, int report_fd, int channel_fd,
-                             const char* const* argv, char* const* envp, const char* out_path,
-                             const char* err_path, const rlimit& fsize) {
+// `channel_fd` >= 0 (serve mode): the program's stdin and stdout; otherwise stdin is /dev/null and
+// stdout is `out_fd`. Its stderr is `err_fd` (in serve mode opened O_APPEND: deltacheck empties
+// it before each call). The descriptors are deltacheck's, of files it made (cases/safe_file.h).
+[[noreturn]] void guard_main(pid_t deltacheck, int report_fd, int channel_fd, int out_fd,
+                             int err_fd, const char* const* argv, char* const* envp,
+                             const rlimit& fsize) {
   // Die with deltacheck: SIGTERM (blocked, so it waits for the cleanup below) when the thread
   // that started the guard goes away, however it goes.
   sigset_t stop;
@@ -271,18 +273,16 @@ void kill_everything(pid_t program) {
   if (getppid() != deltacheck) _exit(1);  // deltacheck died before PR_SET_PDEATHSIG
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   // Nothing else deltacheck had open (other cases' pipes and locks) stays open here: the report
-  // pipe becomes fd 3 and the channel fd 4 (first moved above both, so neither overwrites the
-  // other).
+  // pipe becomes fd 3, the channel (or stdout's file) fd 4 and stderr's file fd 5 (first moved
+  // above them all, so none overwrites another).
+  const bool serve = channel_fd >= 0;
   const int report_high = fcntl(report_fd, F_DUPFD, 10);
-  const int channel_high = channel_fd >= 0 ? fcntl(channel_fd, F_DUPFD, 10) : -1;
-  if (report_high < 0 || (channel_fd >= 0 && channel_high < 0)) _exit(1);
-  if (dup2(report_high, 3) < 0) _exit(1);
+  const int io_high = fcntl(serve ? channel_fd : out_fd, F_DUPFD, 10);
+  const int err_high = fcntl(err_fd, F_DUPFD, 10);
+  if (report_high < 0 || io_high < 0 || err_high < 0) _exit(1);
+  if (dup2(report_high, 3) < 0 || dup2(io_high, 4) < 0 || dup2(err_high, 5) < 0) _exit(1);
   report_fd = 3;
-  if (channel_fd >= 0) {
-    if (dup2(channel_high, 4) < 0) _exit(1);
-    channel_fd = 4;
-  }
-  closefrom(channel_fd >= 0 ? 5 : 4);
+  closefrom(6);
   int exec_pipe[2];
   if (pipe2(exec_pipe, O_CLOEXEC) != 0) _exit(1);
   const pid_t program = fork();
@@ -293,15 +293,11 @@ void kill_everything(pid_t program) {
     sigprocmask(SIG_SETMASK, &none, nullptr);
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    const int in = channel_fd >= 0 ? channel_fd : open("/dev/null", O_RDONLY);
-    const int out =
-        channel_fd >= 0 ? channel_fd : open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    const int err =
-        open(err_path, O_WRONLY | O_CREAT | O_TRUNC | (channel_fd >= 0 ? O_APPEND : 0), 0600);
-    if (in < 0 || out < 0 || err < 0) _exit(126);
+    const int in = serve ? 4 : open("/dev/null", O_RDONLY);
+    if (in < 0) _exit(126);
     dup2(in, 0);
-    dup2(out, 1);
-    dup2(err, 2);
+    dup2(4, 1);
+    dup2(5, 2);
     dup2(exec_pipe[1], 3);  // closed by a successful exec
     fcntl(3, F_SETFD, FD_CLOEXEC);
     closefrom(4);
@@ -313,7 +309,8 @@ void kill_everything(pid_t program) {
   }
   setpgid(program, program);  // also here: no race with the program's own call
   close(exec_pipe[1]);
-  if (channel_fd >= 0) close(channel_fd);  // the worker's end is the worker's alone
+  close(4);  // the worker's end of the channel is the worker's alone
+  close(5);
   int exec_errno = 0;
   if (read(exec_pipe[0], &exec_errno, sizeof exec_errno) == sizeof exec_errno) {
     const GuardMessage m{GuardMessage::kExecFailed, exec_errno};
@@ -362,12 +359,11 @@ struct Guarded {
 };
 
 // Starts `cmd` through /bin/sh under a guard (above), with TMPDIR set to `tmpdir`. Per call
-// (`channel_fd` < 0): stdin from /dev/null, stdout and stderr to files. Serve mode: stdin and
-// stdout are `channel_fd` (the caller closes its copy), stderr appends to `err_path`, and
-// DELTACHECK_SERVE=1 is in the environment.
-StatusOr<Guarded> start_guarded(const std::string& cmd, int channel_fd, const std::string& out_path,
-                                const std::string& err_path, const std::string& tmpdir,
-                                uint64_t max_file_bytes) {
+// (`channel_fd` < 0): stdin from /dev/null, stdout to `out_fd`. Serve mode: stdin and stdout are
+// `channel_fd` (the caller closes its copy) and DELTACHECK_SERVE=1 is in the environment. Stderr
+// goes to `err_fd` in both. The caller keeps (and closes) `out_fd` and `err_fd`.
+StatusOr<Guarded> start_guarded(const std::string& cmd, int channel_fd, int out_fd, int err_fd,
+                                const std::string& tmpdir, uint64_t max_file_bytes) {
   const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
   // The environment (built before fork: the child may only make async-signal-safe calls).
   std::vector<std::string> env;
@@ -394,8 +390,7 @@ StatusOr<Guarded> start_guarded(const std::string& cmd, int channel_fd, const st
   }
   if (guard == 0) {
     close(report[0]);
-    guard_main(self, report[1], channel_fd, argv, envp.data(), out_path.c_str(), err_path.c_str(),
-               fsize);
+    guard_main(self, report[1], channel_fd, out_fd, err_fd, argv, envp.data(), fsize);
   }
   close(report[1]);
   return Guarded{guard, report[0]};
@@ -440,11 +435,11 @@ StatusOr<Exit> stop_guarded(Guarded& g, bool timed_out) {
 }
 
 // Runs `cmd` through /bin/sh under a guard (above), stdin from /dev/null and stdout/stderr to
-// files; after `timeout_s` the guard is told to stop, and kills everything the program started.
-StatusOr<Exit> run_program(const std::string& cmd, double timeout_s, const std::string& out_path,
-                           const std::string& err_path, const std::string& tmpdir,
-                           uint64_t max_file_bytes) {
-  StatusOr<Guarded> started = start_guarded(cmd, -1, out_path, err_path, tmpdir, max_file_bytes);
+// the files open at `out_fd` and `err_fd`; after `timeout_s` the guard is told to stop, and kills
+// everything the program started.
+StatusOr<Exit> run_program(const std::string& cmd, double timeout_s, int out_fd, int err_fd,
+                           const std::string& tmpdir, uint64_t max_file_bytes) {
+  StatusOr<Guarded> started = start_guarded(cmd, -1, out_fd, err_fd, tmpdir, max_file_bytes);
   if (!started.ok()) return started.status();
   Guarded g = started.value();
   const auto deadline =
@@ -511,33 +506,41 @@ std::string exec_failure(int exec_errno) {
               : "");
 }
 
+// A file of the program's folder for it to write (stdout.txt, stderr.txt), made by deltacheck
+// before the program starts and handed to it as a descriptor: a link or FIFO already there is
+// refused, not followed. Read-write: deltacheck reads stderr's tail back through it.
+StatusOr<cases::UniqueFd> open_output(const cases::SafeDir& dir, std::string_view name, int flags) {
+  StatusOr<cases::UniqueFd> f = dir.open_write(name, O_RDWR | O_TRUNC | flags);
+  if (!f.ok()) return Status::Internal("cannot make the program's file: " + f.status().message());
+  return f;
+}
+
 // ": <the last line of stderr>", or "".
-std::string said(const std::string& err_path) {
-  const std::string line = last_line(err_path);
+std::string said(const cases::UniqueFd& err) {
+  const std::string line = last_line(err);
   return line.empty() ? "" : ": " + line;
 }
 
 // --- serve mode: one program answers many calls (docs/external.md) --------------------------
 //
 // deltacheck -> worker, per call:  run<TAB>{in}<TAB>{out}<LF>
-// worker -> deltacheck, first:     deltacheck-serve 1<LF>
-//                       per call:  ok<LF> | error <reason><LF> | unsupported <reason><LF>
+// worker -> deltacheck: the handshake, then one answer line per call (backends/serve_protocol.h).
 
-constexpr const char* kHandshake = "deltacheck-serve 1";
-// A line longer than this is garbage, not an answer.
-constexpr size_t kMaxLine = size_t{64} << 10;
+using serve::kHandshake;
+using serve::kMaxLine;
 // A worker's output-size limit: at least this (a call that needs more starts a new worker).
 constexpr uint64_t kServeMinFileLimit = uint64_t{256} << 20;
 
 // One serve-mode program under its guard, the folder its calls use (TMPDIR is its tmp/) and the
-// stderr file each call starts afresh.
+// stderr file each call starts afresh (deltacheck holds it: emptied and read through its own
+// descriptor, whatever the worker does to the name stderr.txt).
 class Worker {
  public:
   ~Worker() { (void)stop(); }
   bool running() const { return g_.guard > 0; }
   uint64_t file_limit() const { return file_limit_; }
   const std::string& folder() const { return dir_->path(); }
-  std::string err_path() const { return dir_->path() + "/stderr.txt"; }
+  const cases::SafeDir& dir() const { return dir_->dir(); }
   int calls() const { return calls_; }
 
   // Starts `cmd` and waits up to `timeout_s` for its handshake.
@@ -556,7 +559,14 @@ class Worker {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
       return Status::Internal(std::string("socketpair failed: ") + std::strerror(errno));
-    StatusOr<Guarded> g = start_guarded(cmd, sv[1], "", err_path(), tmp, file_limit);
+    StatusOr<cases::UniqueFd> err = open_output(dir_->dir(), "stderr.txt", O_APPEND);
+    if (!err.ok()) {
+      close(sv[0]);
+      close(sv[1]);
+      return err.status();
+    }
+    err_ = err.take();
+    StatusOr<Guarded> g = start_guarded(cmd, sv[1], -1, err_.get(), tmp, file_limit);
     close(sv[1]);
     if (!g.ok()) {
       close(sv[0]);
@@ -569,18 +579,17 @@ class Worker {
     calls_ = 0;
     std::string line;
     const Got got = read_line(deadline(timeout_s), line);
-    if (got == Got::kLine && line == kHandshake) return Status::Ok();
+    const Status handshake = got == Got::kLine ? serve::check_handshake(line) : Status::Ok();
+    if (got == Got::kLine && handshake.ok()) return Status::Ok();
     std::ostringstream why;
     if (got == Got::kLine)
-      why << "external worker's first line is '" << cases::printable_line(line, 80)
-          << "', expected '" << kHandshake
-          << "' (--serve runs a program that speaks docs/external.md; --cmd runs one per call)";
+      why << handshake.message();
     else if (got == Got::kTimeout)
       why << "external worker sent no handshake ('" << kHandshake << "') within " << timeout_s
           << " s";
     else if (got == Got::kTooLong)
       why << "external worker's first line is over " << kMaxLine << " bytes";
-    const std::string tail = said(err_path());
+    const std::string tail = said(err_);
     StatusOr<Exit> e = stop(got == Got::kTimeout, /*keep_folder=*/true);
     if (got == Got::kEnded) {
       const bool exec_failed = e.ok() && e.value().exec_errno != 0;
@@ -604,7 +613,7 @@ class Worker {
       const ssize_t n = recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
       if (n > 0) buffer_.append(buf, static_cast<size_t>(n));
       if (!buffer_.empty()) {
-        const std::string unasked = buffer_.substr(0, 60);
+        const std::string unasked(buffer_.pending().substr(0, 60));
         (void)stop();
         return Status::Internal(
             "external worker wrote to stdout between calls ('" +
@@ -633,7 +642,9 @@ class Worker {
   // worker and comes back as the call's error.
   StatusOr<std::string> call(const std::string& request, double timeout_s) {
     ++calls_;
-    (void)truncate(err_path().c_str(), 0);  // stderr per call: appended from offset 0 again
+    // Stderr per call: the file deltacheck made, appended from offset 0 again (never the name:
+    // the worker may have put a link to the user's files there).
+    (void)!ftruncate(err_.get(), 0);
     const std::string line = request + "\n";
     size_t sent = 0;
     while (sent < line.size()) {
@@ -648,7 +659,7 @@ class Worker {
     std::string answer;
     const Got got = read_line(deadline(timeout_s), answer);
     if (got == Got::kLine) return answer;
-    const std::string tail = said(err_path());
+    const std::string tail = said(err_);
     StatusOr<Exit> e = stop(got == Got::kTimeout, /*keep_folder=*/true);
     std::ostringstream why;
     if (got == Got::kTimeout) {
@@ -678,6 +689,7 @@ class Worker {
     StatusOr<Exit> e = reaped_ ? guard_exit(g_, timed_out) : stop_guarded(g_, timed_out);
     reaped_ = false;
     g_ = Guarded{};
+    err_ = cases::UniqueFd();
     if (!keep_folder) dir_.reset();
     return e;
   }
@@ -701,14 +713,9 @@ class Worker {
   // it sent more than kMaxLine bytes without a line break.
   Got read_line(Clock::time_point until, std::string& line) {
     for (;;) {
-      const size_t nl = buffer_.find('\n');
-      if (nl != std::string::npos) {
-        line = buffer_.substr(0, nl);
-        buffer_.erase(0, nl + 1);
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        return Got::kLine;
-      }
-      if (buffer_.size() > kMaxLine) return Got::kTooLong;
+      const serve::LineBuffer::Next next = buffer_.next(line);
+      if (next == serve::LineBuffer::Next::kLine) return Got::kLine;
+      if (next == serve::LineBuffer::Next::kTooLong) return Got::kTooLong;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
       if (left.count() <= 0) return Got::kTimeout;
       // A prompt answer wakes poll at once; the 50 ms steps only look after the guard.
@@ -744,17 +751,18 @@ class Worker {
         ssize_t n;
         while ((n = recv(fd_, buf, sizeof buf, MSG_DONTWAIT)) > 0)
           buffer_.append(buf, static_cast<size_t>(n));
-        if (buffer_.find('\n') != std::string::npos) continue;
+        if (buffer_.has_line()) continue;
         return Got::kEnded;
       }
     }
   }
 
   std::unique_ptr<TempDir> dir_;
+  cases::UniqueFd err_;  // stderr.txt as made, read and emptied through this descriptor
   Guarded g_;
   bool reaped_ = false;  // the guard has been waited for (read_line saw it exit)
   int fd_ = -1;
-  std::string buffer_;
+  serve::LineBuffer buffer_;
   uint64_t file_limit_ = 0;
   int calls_ = 0;
 };
@@ -807,12 +815,15 @@ class ExternalBackend : public Backend {
       return Status::Internal(std::string("cannot create a temporary folder: ") +
                               std::strerror(errno));
     const std::string in = dir.path() + "/in.h5", out = dir.path() + "/out.h5";
-    if (Status st = write_in(in, c, inputs, outputs); !st.ok()) return st;
+    if (Status st = write_in(dir.dir(), "in.h5", c, inputs, outputs); !st.ok()) return st;
     const std::string cmd =
         substitute(substitute(cmd_, "{in}", shell_quote(in)), "{out}", shell_quote(out));
-    const std::string err_path = dir.path() + "/stderr.txt";
-    StatusOr<Exit> e =
-        run_program(cmd, timeout_s_, dir.path() + "/stdout.txt", err_path, dir.path(), max_file);
+    StatusOr<cases::UniqueFd> out_file = open_output(dir.dir(), "stdout.txt", 0);
+    if (!out_file.ok()) return out_file.status();
+    StatusOr<cases::UniqueFd> err = open_output(dir.dir(), "stderr.txt", 0);
+    if (!err.ok()) return err.status();
+    StatusOr<Exit> e = run_program(cmd, timeout_s_, out_file.value().get(), err.value().get(),
+                                   dir.path(), max_file);
     if (!e.ok()) return e.status();
     if (e.value().exec_errno != 0) return Status::Internal(exec_failure(e.value().exec_errno));
     if (e.value().timed_out) {
@@ -821,10 +832,10 @@ class ExternalBackend : public Backend {
         << " s (killed, with every process it started)";
       return Status::Internal(s.str());
     }
-    if (const std::string how = ended_badly(e.value(), dir.path(), max_file, said(err_path));
+    if (const std::string how = ended_badly(e.value(), dir.path(), max_file, said(err.value()));
         !how.empty())
       return Status::Internal("external program " + how);
-    return read_out("external program", out, max_file, outputs);
+    return read_out("external program", dir.dir(), max_file, outputs);
   }
 
  private:
@@ -868,56 +879,76 @@ class ExternalBackend : public Backend {
     if (!w.running())
       if (Status st = w.start(serve_, timeout_s_, std::max(max_file, kServeMinFileLimit)); !st.ok())
         return st;
-    // The call's files, in a folder of their own, removed after the call.
-    const std::string dir = w.folder() + "/call-" + std::to_string(w.calls() + 1);
-    if (mkdir(dir.c_str(), 0700) != 0)
-      return Status::Internal("cannot create " + dir + ": " + std::strerror(errno));
+    // The call's files, in a folder of their own made and reached through the worker's folder
+    // held open, removed after the call with SafeDir::remove_tree: the worker is still running
+    // and may have put anything there, or swap anything while it is removed.
+    const std::string name = "call-" + std::to_string(w.calls() + 1);
+    if (mkdirat(w.dir().fd(), name.c_str(), 0700) != 0)
+      return Status::Internal("cannot create " + w.dir().path_of(name) + ": " +
+                              std::strerror(errno));
     struct Remove {
-      const std::string& path;
-      ~Remove() { remove_folder(path); }
-    } remove{dir};
-    const std::string in = dir + "/in.h5", out = dir + "/out.h5";
-    if (Status st = write_in(in, c, inputs, outputs); !st.ok()) return st;
+      const cases::SafeDir in;  // a copy: w.stop() below may end the worker's folder first
+      const std::string& name;
+      ~Remove() { (void)in.remove_tree(name); }
+    } remove{w.dir(), name};
+    StatusOr<cases::SafeDir> dir = w.dir().sub(name, false);
+    if (!dir.ok())
+      return Status::Internal("cannot open the call's folder: " + dir.status().message());
+    const std::string in = dir.value().path_of("in.h5"), out = dir.value().path_of("out.h5");
+    if (Status st = write_in(dir.value(), "in.h5", c, inputs, outputs); !st.ok()) return st;
     StatusOr<std::string> answer = w.call("run\t" + in + "\t" + out, timeout_s_);
     if (!answer.ok()) return answer.status();
-    const std::string& a = answer.value();
-    const size_t space = a.find(' ');
-    const std::string word = a.substr(0, space);
-    const std::string reason =
-        space == std::string::npos ? "" : cases::printable_line(a.substr(space + 1), 300);
-    if (a == "ok") return read_out("external worker", out, max_file, outputs);
-    if (word == "error")
-      return Status::Internal("external worker: " + (reason.empty() ? "error" : reason));
-    if (word == "unsupported")
-      return Status::Unsupported(reason.empty() ? "declined by the external worker" : reason);
-    (void)w.stop();
-    return Status::Internal("external worker answered garbage: '" + cases::printable_line(a, 80) +
-                            "', expected ok, error <reason> or unsupported <reason> (killed; the "
-                            "next call starts a new one)");
+    StatusOr<serve::Answer> parsed = serve::parse_answer(answer.value());
+    if (!parsed.ok()) {
+      (void)w.stop();
+      return Status::Internal("external worker answered garbage: " + parsed.status().message() +
+                              " (killed; the next call starts a new one)");
+    }
+    const std::string& reason = parsed.value().reason;
+    switch (parsed.value().kind) {
+      case serve::Answer::Kind::kOk:
+        return read_out("external worker", dir.value(), max_file, outputs);
+      case serve::Answer::Kind::kError:
+        return Status::Internal("external worker: " + (reason.empty() ? "error" : reason));
+      case serve::Answer::Kind::kUnsupported:
+        return Status::Unsupported(reason.empty() ? "declined by the external worker" : reason);
+    }
+    return Status::Internal("external worker: unknown answer");
   }
 
-  static Status write_in(const std::string& in, const cases::Case& c,
+  static Status write_in(const cases::SafeDir& dir, const std::string& name, const cases::Case& c,
                          const cases::TensorMap& inputs, const cases::TensorMap& outputs) {
     std::vector<OutputSpec> specs;
     for (const cases::Tensor& t : outputs.all()) specs.push_back({t.name(), t.dtype(), t.shape()});
-    if (Status st = golden::write_input_file(in, c, inputs, specs); !st.ok())
+    if (Status st = golden::write_input_file(dir, name, c, inputs, specs); !st.ok())
       return Status::Internal("cannot write {in}: " + st.message());
     return Status::Ok();
   }
 
-  // Checks {out} and reads the outputs from it (`who`: "external program" or "external worker").
-  Status read_out(const std::string& who, const std::string& out, uint64_t max_file,
+  // Checks {out} (out.h5 in the case's folder `dir`, held open) and reads the outputs from it
+  // (`who`: "external program" or "external worker").
+  Status read_out(const std::string& who, const cases::SafeDir& dir, uint64_t max_file,
                   cases::TensorMap& outputs) {
     // {out} must be a regular file (a FIFO or a link to a device would block or never end)
-    // within the limit before HDF5 opens it.
-    struct stat ost;
-    if (lstat(out.c_str(), &ost) == 0 &&
-        (!S_ISREG(ost.st_mode) || static_cast<uint64_t>(ost.st_size) >= max_file))
-      return Status::InvalidArgument(S_ISREG(ost.st_mode)
-                                         ? who + "'s {out} is " + std::to_string(ost.st_size) +
-                                               " bytes, at the output-size limit of " +
-                                               std::to_string(max_file)
-                                         : who + "'s {out} is not a regular file");
+    // within the limit before HDF5 opens it; HDF5 then reads the descriptor that was checked
+    // (/proc/self/fd/N), not the name, which a worker still running could point elsewhere.
+    std::string out = dir.path_of("out.h5");  // missing: the reader says so
+    struct stat ost {};
+    StatusOr<cases::UniqueFd> opened = dir.open_read("out.h5", &ost, /*hard_links=*/true);
+    cases::UniqueFd held;
+    if (opened.ok()) {
+      if (static_cast<uint64_t>(ost.st_size) >= max_file)
+        return Status::InvalidArgument(who + "'s {out} is " + std::to_string(ost.st_size) +
+                                       " bytes, at the output-size limit of " +
+                                       std::to_string(max_file));
+      held = opened.take();
+      out = "/proc/self/fd/" + std::to_string(held.get());
+    } else if (const std::string kind = cases::not_regular_kind(dir, "out.h5");
+               !kind.empty() && kind != "a hard link") {
+      return Status::InvalidArgument(who + "'s {out} is not a regular file (" + kind + ")");
+    } else if (!cases::is_not_found(opened.status())) {
+      return Status::InvalidArgument(who + "'s {out} cannot be read: " + opened.status().message());
+    }
     // Read in a child process too: the HDF5 library can hang or crash on a crafted file, and
     // the program's output is as untrusted as the program.
     Status st =

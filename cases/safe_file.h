@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "core/status.h"
 
@@ -52,6 +53,7 @@ class UniqueFd {
 // the same file system), so it is refused like a symbolic link.
 class SafeDir {
  public:
+  SafeDir() = default;  // no folder: every call fails (EBADF)
   // Opens (with create=true also makes, mode 0700, parents as needed) the folder at `path`.
   static StatusOr<SafeDir> open(const std::string& path, bool create);
   // A sub-folder of this one (made 0700 when create); a link or non-folder in its place is refused.
@@ -73,8 +75,36 @@ class SafeDir {
   StatusOr<UniqueFd> open_write(std::string_view name, int flags, mode_t mode = 0600) const;
   // Opens a regular file of this folder for reading (the same refusals as read(); `st`, when
   // given, receives its fstat): for readers that need a descriptor (HDF5 reads {out} through
-  // /proc/self/fd/N, so what was checked is what is read).
-  StatusOr<UniqueFd> open_read(std::string_view name, struct stat* st = nullptr) const;
+  // /proc/self/fd/N, so what was checked is what is read). `hard_links`: a file with more than
+  // one name is accepted too, for a reader whose content never reaches a report as text (a
+  // candidate's {out}: a worker may link a result it keeps).
+  StatusOr<UniqueFd> open_read(std::string_view name, struct stat* st = nullptr,
+                               bool hard_links = false) const;
+  // A new regular file of this folder named `prefix` and 6 letters or digits (`*name` receives the
+  // name), made with O_CREAT | O_EXCL | O_NOFOLLOW and opened O_RDWR: whatever already stands at
+  // a name (a link planted there, anything) is never opened, another name is tried. Its mode is
+  // `mode` less the umask.
+  StatusOr<UniqueFd> make_temp(std::string_view prefix, std::string* name,
+                               mode_t mode = 0600) const;
+  // Removes `name` from this folder with everything below it, the way a folder a candidate can
+  // still write must be removed (libstdc++'s remove_all follows a folder swapped for a link
+  // mid-walk: CVE-2022-21658): every folder entered with openat(O_DIRECTORY | O_NOFOLLOW) from
+  // its parent's descriptor, every file, link, FIFO or socket removed with unlinkat (a link is
+  // removed, never what it points at), folders the candidate made unreadable (chmod 000) opened
+  // O_PATH and made 0700 on that descriptor, never by path; another file system mounted below is
+  // not entered. Folders deeper than 32 levels are moved up into the top folder and emptied from
+  // there, so a deep tree costs no more than 32 descriptors. A folder that a live writer keeps
+  // filling is given up after 1000 passes with an error; whatever could not be removed is left.
+  // Missing: Ok.
+  Status remove_tree(std::string_view name) const;
+  // Empties this folder the same way (the folder itself stays).
+  Status remove_contents() const;
+  // remove_tree of the last component of `path` in the folder before it (opened by path: the user
+  // named it, e.g. TMPDIR or --report-dir).
+  static Status remove_tree_at(const std::string& path);
+  // The names in this folder (without "." and ".."), read through a descriptor of its own; empty
+  // when it cannot be read.
+  std::vector<std::string> names() const;
   Status rename(std::string_view from, std::string_view to) const;  // renameat within this folder
   Status remove(std::string_view name) const;                       // unlinkat, never follows
   bool exists(std::string_view name) const;  // fstatat AT_SYMLINK_NOFOLLOW: a link counts

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "cases/fork_guard.h"
+#include "cases/safe_file.h"
 #include "cases/safe_text.h"
 #include "golden/format.h"
 #include "golden/hdf5.h"
@@ -23,14 +24,14 @@ Status invalid(const std::string& m) { return Status::InvalidArgument(m); }
 
 }  // namespace
 
-Status write_input_file(const std::string& path, const cases::Case& c,
+Status write_input_file(const cases::SafeDir& dir, const std::string& name, const cases::Case& c,
                         const cases::TensorMap& inputs,
                         const std::vector<ops::OutputSpec>& outputs) {
   const cases::NoForkSection no_fork;  // HDF5 holds a library-wide lock
   FixtureWriter w;
   FileInfo info;
   info.producer = "deltacheck external backend";
-  if (Status st = w.open(path, info); !st.ok()) return st;
+  if (Status st = w.open(dir, name, info); !st.ok()) return st;
   FixtureCase fc{c, {}, {}, outputs, 0, "", {}};
   // Copies without guard bands: the program sees exactly the tensors.
   for (const Tensor& t : inputs.all()) {

@@ -12,10 +12,16 @@
 #include "core/status.h"
 #include "ops/operation.h"
 
+namespace deltacheck::cases {
+class SafeDir;  // cases/safe_file.h
+}  // namespace deltacheck::cases
+
 namespace deltacheck::golden {
 
-// {in}: a fixture file with the one case, its inputs and output specs, no expected values.
-Status write_input_file(const std::string& path, const cases::Case& c,
+// {in}: a fixture file with the one case, its inputs and output specs, no expected values, as
+// file `name` of the case folder `dir` (which the candidate can write: made and written relative
+// to the folder's descriptor, FixtureWriter::open(SafeDir, ...)).
+Status write_input_file(const cases::SafeDir& dir, const std::string& name, const cases::Case& c,
                         const cases::TensorMap& inputs,
                         const std::vector<ops::OutputSpec>& outputs);
 // {out}: fills every tensor of `outputs` (names, shapes and dtypes fixed by the caller) from the

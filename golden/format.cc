@@ -3,7 +3,6 @@
 // same bytes and are read back in the order they were written.
 #include "golden/format.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <hdf5.h>
 #include <sys/file.h>
@@ -21,6 +20,7 @@
 #include "cases/generate.h"
 #include "cases/generator_version.h"
 #include "cases/input_checks.h"
+#include "cases/safe_file.h"
 #include "cases/safe_text.h"
 #include "golden/hdf5.h"
 #include "golden/sha256.h"
@@ -161,40 +161,37 @@ std::string unescape_case_id(const std::string& name) {
 // --- writer ---------------------------------------------------------------------------------
 
 struct FixtureWriter::Impl {
-  std::string path, temp;
+  std::string path, temp;  // the destination and the temporary file, as paths for messages
+  cases::SafeDir dir;      // the destination's folder, opened once: everything below is by name
+  std::string name, temp_name;
   Hid file;
   bool committed = false;
-  int lock_fd = -1;  // the temporary file, locked while this writer lives
+  cases::UniqueFd fd;  // the temporary file as made, locked while this writer lives
 
   ~Impl() {
-    if (!committed && !temp.empty()) {
+    if (!committed && !temp_name.empty()) {
       file.reset();
-      std::remove(temp.c_str());
+      (void)dir.remove(temp_name);  // the name: whatever stands there now, never followed
     }
-    if (lock_fd >= 0) ::close(lock_fd);
   }
 };
 
 namespace {
 
 // Temporary files "<prefix>XXXXXX" in `dir` whose writer died (their lock is free).
-void remove_dead_temporaries(const std::string& dir, const std::string& prefix) {
-  DIR* d = opendir(dir.c_str());
-  if (!d) return;
+void remove_dead_temporaries(const cases::SafeDir& dir, const std::string& prefix) {
   std::vector<std::string> dead;
-  while (const dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
+  for (const std::string& name : dir.names()) {
     if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string p = dir + "/" + name;
-    const int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    const int fd =
+        ::openat(dir.fd(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) continue;
     struct stat st;
     if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0)
-      dead.push_back(p);
+      dead.push_back(name);
     ::close(fd);
   }
-  closedir(d);
-  for (const std::string& p : dead) ::unlink(p.c_str());
+  for (const std::string& n : dead) (void)dir.remove(n);
 }
 
 }  // namespace
@@ -207,10 +204,6 @@ FixtureWriter::~FixtureWriter() {
 const std::string& FixtureWriter::temp_path() const { return impl_->temp; }
 
 Status FixtureWriter::open(const std::string& path, const FileInfo& info) {
-  const cases::NoForkSection no_fork;  // HDF5 holds a library-wide lock
-  quiet_hdf5();
-  if (!impl_->temp.empty()) return Status::Internal("fixture writer already open");
-  impl_->path = path;
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
   const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
@@ -218,37 +211,60 @@ Status FixtureWriter::open(const std::string& path, const FileInfo& info) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     return invalid("folder " + dir + " does not exist");
+  // The folder the user named, opened once (links in its path followed: the user named it).
+  StatusOr<cases::SafeDir> d = cases::SafeDir::open(dir, false);
+  if (!d.ok()) return invalid(d.status().message());
+  if (!impl_->temp_name.empty()) return Status::Internal("fixture writer already open");
+  impl_->path = path;  // as the user wrote it, for messages
+  return open(d.value(), base, info);
+}
+
+Status FixtureWriter::open(const cases::SafeDir& dir, const std::string& name,
+                           const FileInfo& info) {
+  const cases::NoForkSection no_fork;  // HDF5 holds a library-wide lock
+  quiet_hdf5();
+  if (!impl_->temp_name.empty()) return Status::Internal("fixture writer already open");
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+    return invalid("not a file name");
+  impl_->dir = dir;
+  impl_->name = name;
+  if (impl_->path.empty()) impl_->path = dir.path_of(name);
   // The destination is replaced by rename: only a regular file (or nothing) may be there, never
   // a FIFO, a device or a symbolic link (the link would be replaced, not its target).
-  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+  struct stat st;
+  if (::fstatat(dir.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
     return invalid(std::string("is ") +
                    (S_ISLNK(st.st_mode)    ? "a symbolic link"
                     : S_ISFIFO(st.st_mode) ? "a FIFO"
                     : S_ISDIR(st.st_mode)  ? "a folder"
                                            : "not a regular file") +
                    ": deltacheck writes fixtures to a new or a regular file only");
-  remove_dead_temporaries(slash == std::string::npos ? "." : dir, "." + base + ".tmp-");
-  // A hidden temporary file in the destination's folder, so the final rename() is atomic.
-  std::string tmpl = (slash == std::string::npos ? "" : dir) + "." + base + ".tmp-XXXXXX";
-  const int fd = mkstemp(tmpl.data());
-  if (fd < 0)
-    return invalid(std::string("cannot create a temporary file: ") + std::strerror(errno));
-  // mkstemp() makes the file private (0600); the fixture gets the mode a plain create would.
+  remove_dead_temporaries(dir, "." + name + ".tmp-");
+  // A hidden temporary file in the destination's folder, so the final rename() is atomic. Made
+  // with O_EXCL | O_NOFOLLOW relative to the folder's descriptor (nothing planted at a name is
+  // opened), and written only through that descriptor: HDF5 opens /proc/self/fd/N, the file
+  // itself, so a candidate that can write the folder (a --serve worker's case folder holds {in})
+  // and swaps the name for a link between the creation and the write has the link ignored, never
+  // its target truncated.
+  StatusOr<cases::UniqueFd> fd = dir.make_temp("." + name + ".tmp-", &impl_->temp_name);
+  if (!fd.ok()) return invalid("cannot create a temporary file: " + fd.status().message());
+  impl_->fd = fd.take();
+  impl_->temp = impl_->path.substr(0, impl_->path.size() - name.size()) + impl_->temp_name;
+  // The file is private (0600) until here; the fixture gets the mode a plain create would.
   const mode_t mask = ::umask(0);
   ::umask(mask);
-  ::fchmod(fd, 0666 & ~mask);
+  ::fchmod(impl_->fd.get(), 0666 & ~mask);
   // Held until the file is renamed or removed: a temporary file whose lock is free belongs to a
   // writer that died, and the next writer of that destination removes it.
-  ::flock(fd, LOCK_EX | LOCK_NB);
-  impl_->lock_fd = fd;
-  impl_->temp = tmpl;
+  ::flock(impl_->fd.get(), LOCK_EX | LOCK_NB);
   Hid fcpl = plist_h(H5Pcreate(H5P_FILE_CREATE));
   H5Pset_obj_track_times(fcpl.get(), false);
   H5Pset_link_creation_order(fcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
   Hid fapl = file_access_plist();
   // HDF5's own flock on the file would conflict with ours (flock locks are per open file).
   H5Pset_file_locking(fapl.get(), false, true);
-  impl_->file = file_h(H5Fcreate(tmpl.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
+  const std::string held = "/proc/self/fd/" + std::to_string(impl_->fd.get());
+  impl_->file = file_h(H5Fcreate(held.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
   if (!impl_->file.ok()) return invalid("cannot create an HDF5 file" + hdf5_detail());
   const hid_t f = impl_->file.get();
   for (Status st : {write_attr_string(f, "format", kFormatName),
@@ -333,20 +349,25 @@ Status FixtureWriter::commit(bool durable) {
   quiet_hdf5();
   if (!impl_->file.ok()) return Status::Internal("fixture writer not open");
   if (!impl_->file.reset()) return invalid("cannot finish writing" + hdf5_detail());
-  // The data must be on disk before the name points at it.
-  const int fd = durable ? ::open(impl_->temp.c_str(), O_RDONLY) : -1;
-  if (durable && (fd < 0 || ::fsync(fd) != 0)) {
-    if (fd >= 0) ::close(fd);
+  // The data must be on disk before the name points at it (the file itself, through the
+  // descriptor it was made with).
+  if (durable && ::fsync(impl_->fd.get()) != 0)
     return invalid(std::string("cannot sync the temporary file: ") + std::strerror(errno));
-  }
-  if (fd >= 0) ::close(fd);
-  if (std::rename(impl_->temp.c_str(), impl_->path.c_str()) != 0)
-    return invalid(std::string("cannot rename the temporary file into place: ") +
-                   std::strerror(errno));
+  // Only the file this writer made takes the destination's name: a temporary name that now holds
+  // something else (a link or file a candidate put there) is an error, not renamed into place.
+  struct stat mine {
+  }, there{};
+  if (::fstat(impl_->fd.get(), &mine) != 0 ||
+      ::fstatat(impl_->dir.fd(), impl_->temp_name.c_str(), &there, AT_SYMLINK_NOFOLLOW) != 0 ||
+      mine.st_dev != there.st_dev || mine.st_ino != there.st_ino)
+    return invalid("the temporary file " + impl_->temp +
+                   " was removed or replaced while it was written");
+  if (Status st = impl_->dir.rename(impl_->temp_name, impl_->name); !st.ok())
+    return invalid("cannot rename the temporary file into place: " + st.message());
   impl_->committed = true;
   impl_->temp.clear();
-  ::close(impl_->lock_fd);  // the file is in place: nothing to protect any more
-  impl_->lock_fd = -1;
+  impl_->temp_name.clear();
+  impl_->fd = cases::UniqueFd();  // the file is in place: nothing to protect any more
   return Status::Ok();
 }
 

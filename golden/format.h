@@ -21,6 +21,10 @@
 #include "core/status.h"
 #include "ops/operation.h"
 
+namespace deltacheck::cases {
+class SafeDir;  // cases/safe_file.h
+}  // namespace deltacheck::cases
+
 namespace deltacheck::golden {
 
 constexpr const char* kFormatName = "deltacheck-golden";
@@ -71,6 +75,10 @@ class FixtureWriter {
   FixtureWriter& operator=(const FixtureWriter&) = delete;
 
   Status open(const std::string& path, const FileInfo& info);
+  // The same for file `name` of a folder held open (one a candidate can write: {in} in a case
+  // folder): the temporary file is made, written, checked and renamed relative to that folder's
+  // descriptor, never through a link put in place of a name (cases/safe_file.h).
+  Status open(const cases::SafeDir& dir, const std::string& name, const FileInfo& info);
   // Writes one case; its group holds `expected` only when the case has any.
   Status add(const FixtureCase& fc);
   // durable: the data is synced to disk before the file takes its name; false for a file nobody

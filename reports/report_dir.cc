@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "cases/safe_file.h"
 #include "cases/safe_text.h"
 
 namespace deltacheck::reports {
@@ -43,30 +44,40 @@ std::vector<std::string> entries_of(const std::string& dir) {
 }
 
 // Removes the failure dumps in a folder of dumps (checked by check_failures_folder), then the
-// folder; anything else in it stays, and so does the folder.
+// folder; anything else in it stays, and so does the folder. Reached from its parent by one name,
+// never through a link (one put in its place is left alone), the dumps through its descriptor.
 void remove_dumps_folder(const std::string& dir) {
-  for (const std::string& n : entries_of(dir)) {
+  const size_t slash = dir.rfind('/');
+  if (slash == std::string::npos) return;
+  StatusOr<cases::SafeDir> parent =
+      cases::SafeDir::open(slash == 0 ? "/" : dir.substr(0, slash), false);
+  if (!parent.ok()) return;
+  const std::string name = dir.substr(slash + 1);
+  StatusOr<cases::SafeDir> d = parent.value().sub(name, false);
+  if (!d.ok()) return;
+  for (const std::string& n : d.value().names()) {
     struct stat st;
-    const std::string p = dir + "/" + n;
-    if (is_dump_file_name(n) && lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode))
-      ::unlink(p.c_str());
+    if (is_dump_file_name(n) &&
+        ::fstatat(d.value().fd(), n.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+      (void)d.value().remove(n);
   }
-  ::rmdir(dir.c_str());
+  ::unlinkat(parent.value().fd(), name.c_str(), AT_REMOVEDIR);
 }
 
 // Staging folders of runs that are gone: their lock is free (flock locks die with their
 // process). Folders of the version before staging folders held no lock and were named after
 // their PID; those are removed once no such process exists.
 void remove_dead_staging(const std::string& dir) {
-  for (const std::string& n : entries_of(dir)) {
+  StatusOr<cases::SafeDir> held = cases::SafeDir::open(dir, false);
+  if (!held.ok()) return;
+  for (const std::string& n : held.value().names()) {
     const std::string p = dir + "/" + n;
     if (n.rfind(kStagingPrefix, 0) == 0) {
-      const int fd = ::open(p.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      const int fd =
+          ::openat(held.value().fd(), n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (fd < 0) continue;
-      if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-        std::error_code ec;
-        fs::remove_all(p, ec);  // never follows a link inside
-      }
+      // Never follows a link inside, even one swapped in while it is removed (SafeDir).
+      if (flock(fd, LOCK_EX | LOCK_NB) == 0) (void)held.value().remove_tree(n);
       ::close(fd);
     } else if (n.rfind(kLegacyPartialPrefix, 0) == 0) {
       char* end = nullptr;
@@ -158,10 +169,7 @@ Status check_failures_folder(const std::string& dir) {
 }
 
 ReportDirWriter::~ReportDirWriter() {
-  if (!staging_.empty()) {
-    std::error_code ec;
-    fs::remove_all(staging_, ec);
-  }
+  if (!staging_.empty()) (void)cases::SafeDir::remove_tree_at(staging_);
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
@@ -257,8 +265,7 @@ WrittenReport ReportDirWriter::commit(const Report& unsafe) {
     return w;
   }
   remove_dumps_folder(previous);
-  std::error_code ec;
-  fs::remove_all(staging_, ec);
+  (void)cases::SafeDir::remove_tree_at(staging_);
   staging_.clear();
   w.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return w;

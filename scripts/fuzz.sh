@@ -21,7 +21,7 @@ BUILD_DIR="${BUILD_DIR:-build-fuzz}"
 SECONDS_EACH="${FUZZ_SECONDS:-30}"
 SEED="${FUZZ_SEED:-1}"
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(case_id fixture_reader external_output report_merge cache_entry)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(case_id fixture_reader external_output report_merge cache_entry serve_answer)
 
 if ! command -v clang++ >/dev/null; then
   echo "deltacheck: error: clang++ not found (apt-get install clang libclang-rt-dev)" >&2
@@ -45,7 +45,7 @@ for t in "${TARGETS[@]}"; do
   log="$BUILD_DIR/fuzz_$t.log"
   # HDF5 keeps a few global allocations until exit: leak detection would flag the library.
   leaks=1
-  [ "$t" = case_id ] || [ "$t" = report_merge ] || leaks=0
+  [ "$t" = case_id ] || [ "$t" = report_merge ] || [ "$t" = serve_answer ] || leaks=0
   if "$BUILD_DIR/fuzz/fuzz_$t" "$work" "fuzz/corpus/$t" -max_total_time="$SECONDS_EACH" -seed="$SEED" \
     -timeout=10 -rss_limit_mb=2048 -detect_leaks="$leaks" -print_final_stats=1 \
     -artifact_prefix="$BUILD_DIR/crashes/$t-" >"$log" 2>&1; then
