@@ -14,10 +14,44 @@
 namespace deltacheck::ops::gdr {
 namespace {
 
+// A layout that holds no token (single[0], packed[0,0], batch[Nx0]) leaves a case only the states
+// it carries to check: the final state is the initial state (prefill, chunked, dynamic), the pool
+// comes back as it was (pool, ckpt). Meaningful where those states are not all zeros; every other
+// zero-token case is refused here, before a backend could be blamed for it.
+Status check_zero_tokens(const Case& c, const Params& p) {
+  if (p.layout.total_tokens() > 0) return Status::Ok();
+  const std::string what = "layout=" + c.get("layout") + " holds no token: ";
+  switch (p.cache) {
+    case Cache::kNone:
+      return invalid(what +
+                     "cache=none has no output then (cache=prefill with state=rand checks that "
+                     "the final state is the initial state)");
+    case Cache::kSpec:
+      return invalid(what + "cache=spec needs at least one draft token per sequence (batch[Nx1])");
+    case Cache::kAccept:
+      return invalid(what + "cache=accept needs 1 + k >= 1 tokens per sequence (batch[Nx1])");
+    case Cache::kTree:
+      return invalid(what + "cache=tree needs at least one draft token per request (batch[Nx1])");
+    case Cache::kPrefill:
+    case Cache::kChunked:
+    case Cache::kDynamic:
+      // Not state=mixed either: it starts sequence 0 from zero, and the probes run sequences
+      // alone (a case of its own, whose every state would be zero).
+      if (p.state != State::kRand)
+        return invalid(what + "its only output is the initial state carried through, " +
+                       (p.state == State::kNone ? "all zeros" : "zero for sequence 0") +
+                       " with state=" + c.get("state") + " (give state=rand)");
+      return Status::Ok();
+    default:  // decode: refused above; pool, ckpt: the pool's rows must come back unchanged
+      return Status::Ok();
+  }
+}
+
 Status check_gdr(const Case& c) {
   if (Status st = check_heads(c); !st.ok()) return st;
   if (Status st = check_none_and_decode(c); !st.ok()) return st;
   const Params p = decode(c);
+  if (Status st = check_zero_tokens(c, p); !st.ok()) return st;
   if (p.cache == Cache::kSpec)
     for (int64_t l : p.layout.lengths)
       if (l != p.layout.lengths[0])

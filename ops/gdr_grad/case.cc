@@ -19,6 +19,12 @@ StatusOr<Case> make_forward_case(const Case& c) {
 Status check_grad(const Case& c) {
   const StatusOr<Case> f = make_forward_case(c);
   if (Status st = grad::check_forward_and_tail(c, f); !st.ok()) return st;
+  // No token: every gradient is zero but dh0, which equals dht (the forward case's rule has made
+  // sure there is an initial state).
+  if (f.value().layout().total_tokens() == 0 && c.get("dht") == "none")
+    return invalid("layout=" + c.get("layout") +
+                   " holds no token: every gradient is zero then but dh0, which equals dht "
+                   "(give dht=rand)");
   if (!c.has("cp")) return Status::Ok();
   if (f.value().layout().kind == Layout::Kind::kBatch)
     return invalid("cp=" + c.get("cp") + " cuts one packed row: needs a packed or single " +

@@ -17,6 +17,12 @@ Status check_layer(const Case& c) {
   if (Status st = check_heads(c); !st.ok()) return st;
   if (c.layout().kind == Layout::Kind::kBatch)
     return invalid("layer cases are packed or single (the layer takes [T, D] rows)");
+  // Its conv, gates and norm run per token: a layer call over no token at all has nothing to
+  // check (zero-length sequences belong in packs that hold tokens, e.g. packed[0,37,64]).
+  if (c.layout().total_tokens() == 0)
+    return invalid("layout=" + c.get("layout") +
+                   " holds no token: a layer case needs at least one (zero-length sequences go "
+                   "in packs with tokens, e.g. packed[0,37,64])");
   return check_none_and_decode(c);
 }
 
