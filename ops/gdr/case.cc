@@ -12,14 +12,15 @@
 #include "ops/schema.h"
 
 namespace deltacheck::ops::gdr {
-namespace {
 
 // A layout that holds no token (single[0], packed[0,0], batch[Nx0]) leaves a case only the states
 // it carries to check: the final state is the initial state (prefill, chunked, dynamic), the pool
 // comes back as it was (pool, ckpt). Meaningful where those states are not all zeros; every other
-// zero-token case is refused here, before a backend could be blamed for it.
-Status check_zero_tokens(const Case& c, const Params& p) {
-  if (p.layout.total_tokens() > 0) return Status::Ok();
+// zero-token case given to deltacheck is refused here, before a backend could be blamed for it.
+// (A pack's zero-length sequence run alone by the probes is a derived case: not checked.)
+Status check_zero_tokens(const Case& c) {
+  if (c.layout().total_tokens() > 0) return Status::Ok();
+  const Params p = decode(c);
   const std::string what = "layout=" + c.get("layout") + " holds no token: ";
   switch (p.cache) {
     case Cache::kNone:
@@ -47,11 +48,12 @@ Status check_zero_tokens(const Case& c, const Params& p) {
   }
 }
 
+namespace {
+
 Status check_gdr(const Case& c) {
   if (Status st = check_heads(c); !st.ok()) return st;
   if (Status st = check_none_and_decode(c); !st.ok()) return st;
   const Params p = decode(c);
-  if (Status st = check_zero_tokens(c, p); !st.ok()) return st;
   if (p.cache == Cache::kSpec)
     for (int64_t l : p.layout.lengths)
       if (l != p.layout.lengths[0])
@@ -104,7 +106,8 @@ OpSchema gdr_schema() {
                   "ckpt: block size in tokens (16..2048; other modes: at most 64)"),
           seed_param(),
       },
-      check_gdr};
+      check_gdr,
+      check_zero_tokens};
 }
 
 // Position of sequence s's first token in the flat [B*T] token order.

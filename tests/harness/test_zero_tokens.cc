@@ -142,5 +142,25 @@ TEST(ZeroTokens, ABackendThatSkipsTheStateFails) {
   }
 }
 
+// The rule is for cases given to deltacheck: the probes still run a pack's zero-length sequence
+// alone (a derived case that holds no token), whatever the op and its states.
+TEST(ZeroTokens, PacksWithZeroLengthSequencesKeepTheirProbes) {
+  auto cpu = backends::make_backend("cpu");
+  for (const char* id : {"gdr(layout=packed[63,0,65],state=none,K=8,V=8)",
+                         "gdr(layout=packed[0,5],cache=none,state=none,K=8,V=8)",
+                         "layer(layout=packed[16,0],state=none)",
+                         "layer_grad(layout=packed[16,0],state=none,dconv=rand,tail=1)",
+                         "gdr_grad(layout=packed[0,7],state=none,K=8,V=8)"}) {
+    const std::vector<CaseResult> r =
+        run_all({cases::Case::parse(id)}, {cpu.get()}, RunOptions{}, nullptr);
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].verdict, Verdict::kPass) << id << ": " << r[0].message;
+    const bool alone = std::any_of(r[0].probes.begin(), r[0].probes.end(), [](const auto& p) {
+      return p.name == "alone" && p.verdict == Verdict::kPass;
+    });
+    EXPECT_TRUE(alone) << id;
+  }
+}
+
 }  // namespace
 }  // namespace deltacheck::harness
