@@ -4,7 +4,6 @@
 // `golden generate` alike (one line, exit 2, nothing on stdout, no file written).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <filesystem>
 
 #include "golden_test_util.h"
@@ -12,20 +11,10 @@
 namespace deltacheck::golden {
 namespace {
 
+using testing::expect_one_line_error;
 using testing::quote;
 using testing::run_cli;
 using testing::TempDir;
-
-int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
-
-void expect_usage_error(const std::string& what, const testing::CliResult& r,
-                        const std::string& error) {
-  EXPECT_EQ(r.exit_code, 2) << what << ": " << r.out << r.err;
-  EXPECT_EQ(r.out, "") << what;
-  EXPECT_EQ(lines(r.err), 1) << what << ": " << r.err;
-  EXPECT_EQ(r.err.rfind("deltacheck: error: ", 0), 0u) << what << ": " << r.err;
-  EXPECT_NE(r.err.find(error), std::string::npos) << what << ": " << r.err;
-}
 
 TEST(CommandLine, AFileAfterAMultiValueOptionIsTheFile) {
   TempDir dir;
@@ -54,12 +43,12 @@ TEST(CommandLine, AFileAfterAMultiValueOptionIsTheFile) {
 
 TEST(CommandLine, ACommandWithoutItsFilesSaysWhichIsMissing) {
   TempDir dir;
-  expect_usage_error("no {out}", run_cli("run --backend external --cmd 'x {in}'", dir),
-                     "--cmd must contain {out}");
-  expect_usage_error("no {in}", run_cli("run --backend external --cmd 'x {out}'", dir),
-                     "--cmd must contain {in}");
-  expect_usage_error("no --cmd", run_cli("run --backend external", dir),
-                     "--backend external needs --cmd 'PROGRAM {in} {out}'");
+  expect_one_line_error("no {out}", run_cli("run --backend external --cmd 'x {in}'", dir),
+                        "--cmd must contain {out}");
+  expect_one_line_error("no {in}", run_cli("run --backend external --cmd 'x {out}'", dir),
+                        "--cmd must contain {in}");
+  expect_one_line_error("no --cmd", run_cli("run --backend external", dir),
+                        "--backend external needs --cmd 'PROGRAM {in} {out}'");
 }
 
 TEST(CommandLine, ZeroTokenCasesThatCrashedAreInputErrors) {
@@ -68,10 +57,11 @@ TEST(CommandLine, ZeroTokenCasesThatCrashedAreInputErrors) {
        {"gdr(layout=batch[4x0],cache=spec)", "gdr(layout=batch[1x0],cache=accept)",
         "gdr(layout=single[0],cache=spec)", "gdr(layout=packed[0],cache=none,state=none)",
         "layer(layout=packed[0])"}) {
-    expect_usage_error(id, run_cli("run --backend cpu --case " + quote(id), dir), "holds no token");
+    expect_one_line_error(id, run_cli("run --backend cpu --case " + quote(id), dir),
+                          "holds no token");
     const std::string out = dir / "zero.h5";
-    expect_usage_error(id, run_cli("golden generate --case " + quote(id) + " -o " + out, dir),
-                       "holds no token");
+    expect_one_line_error(id, run_cli("golden generate --case " + quote(id) + " -o " + out, dir),
+                          "holds no token");
     EXPECT_FALSE(std::filesystem::exists(out)) << id;
   }
 }
