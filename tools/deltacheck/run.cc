@@ -49,6 +49,8 @@ int run(const RunArgs& a) {
   ropt.max_memory_bytes = max_memory;
   ropt.cache_dir = a.cache_dir;
   ropt.prepare_ahead = a.prepare_ahead;
+  // The user asked for the probes (their comparisons bit for bit): a pass needs them.
+  ropt.require_probes = a.backends.options.deterministic || a.backends.options.batch_invariant;
   const auto results =
       deltacheck::run(cs, backends, ropt, [&](const auto& r) { sink.on_result(r); });
   return sink.finish(results);
