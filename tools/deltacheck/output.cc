@@ -315,11 +315,13 @@ void add_backend_options(CLI::App* app, BackendSelection& b) {
       ->type_name("fp32|tf32");
   app->add_flag("--deterministic", b.options.deterministic,
                 "external, torch-op: the candidate promises bit-identical results for identical "
-                "inputs (two runs that differ then fail; otherwise the repeat probe measures it)");
+                "inputs (two runs that differ then fail; otherwise the repeat probe measures it); "
+                "a pass then needs its probes: one whose every probe was declined is an error");
   app->add_flag("--batch-invariant", b.options.batch_invariant,
                 "external, torch-op: the candidate promises that a sequence's bits do not depend "
                 "on the rest of its batch (the leakage probes then compare bit for bit and catch "
-                "leaks below the tolerance; otherwise they compare with the tolerance)");
+                "leaks below the tolerance; otherwise they compare with the tolerance); a pass "
+                "then needs its probes, as with --deterministic");
 }
 
 std::vector<std::unique_ptr<Backend>> make_backends(const BackendSelection& b) {
