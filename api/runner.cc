@@ -14,6 +14,7 @@ harness::RunOptions harness_options(const RunOptions& o) {
   h.on_failure = o.on_failure;
   h.cache = o.cache ? o.cache : harness::open_expectation_cache(o.cache_dir);
   h.prepare_ahead = o.prepare_ahead;
+  h.require_probes = o.require_probes;
   return h;
 }
 
@@ -27,7 +28,8 @@ CaseResult run_case(const Case& c, Backend& backend, const RunOptions& options) 
 }
 
 CaseResult run_case(const PreparedCase& prepared, Backend& backend, const RunOptions& options) {
-  return harness::run_case(prepared, backend, options.probes, options.on_failure);
+  return harness::run_case(prepared, backend, options.probes, options.on_failure, false,
+                           options.require_probes);
 }
 
 std::vector<CaseResult> run(const std::vector<Case>& cases, const std::vector<Backend*>& backends,

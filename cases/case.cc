@@ -151,6 +151,17 @@ const OpSchema& find_schema(const std::string& op) { return *value_or_throw(look
 
 StatusOr<Case> Case::make(std::string op,
                           const std::vector<std::pair<std::string, std::string>>& params) {
+  return build(std::move(op), params, true);
+}
+
+StatusOr<Case> Case::derive(std::string op,
+                            const std::vector<std::pair<std::string, std::string>>& params) {
+  return build(std::move(op), params, false);
+}
+
+StatusOr<Case> Case::build(std::string op,
+                           const std::vector<std::pair<std::string, std::string>>& params,
+                           bool given) {
   StatusOr<const OpSchema*> found = lookup_schema(op);
   if (!found.ok()) return found.status();
   const OpSchema& schema = *found.value();
@@ -190,6 +201,8 @@ StatusOr<Case> Case::make(std::string op,
   if (Status st = check_printable(c.id_); !st.ok()) return st;
   if (schema.check)
     if (Status st = schema.check(c); !st.ok()) return st;
+  if (given && schema.check_given)
+    if (Status st = schema.check_given(c); !st.ok()) return st;
   return c;
 }
 
@@ -255,7 +268,7 @@ Case Case::with(const std::vector<std::pair<std::string, std::string>>& changes)
       if (kv.first == key) kv.second = value, found = true;
     if (!found) p.emplace_back(key, value);
   }
-  return value_or_throw(make(op_, p));
+  return value_or_throw(derive(op_, p));
 }
 
 int64_t Layout::row_length() const {

@@ -50,6 +50,11 @@ struct OpSchema {
   // Rules that span parameters (e.g. HV % H == 0): InvalidArgument naming the broken rule, Ok
   // when the case keeps them. Runs on a case whose every parameter is valid. May be null.
   Status (*check)(const Case&) = nullptr;
+  // Rules for a case given from outside (an id, a suite entry, parameters through the API) that
+  // the variations the harness derives from one (Case::with, Case::derive: a pack's sequence run
+  // alone, a piece of a split) need not keep: a zero-length sequence of a pack, run alone, holds
+  // no token. May be null.
+  Status (*check_given)(const Case&) = nullptr;
 };
 
 // All operations a case id may name.
@@ -62,6 +67,9 @@ class Case {
   // Builds a case from an op and parameters; missing parameters take defaults, then validated.
   static StatusOr<Case> make(std::string op,
                              const std::vector<std::pair<std::string, std::string>>& params);
+  // The same for a case derived from another (OpSchema::check_given is not applied).
+  static StatusOr<Case> derive(std::string op,
+                               const std::vector<std::pair<std::string, std::string>>& params);
   // Parses a case id (any spelling; the case's id() is the canonical one).
   static StatusOr<Case> from_id(const std::string& id);
   // The same, throwing CaseIdError naming the problem.
@@ -89,6 +97,9 @@ class Case {
 
  private:
   Case() = default;
+  static StatusOr<Case> build(std::string op,
+                              const std::vector<std::pair<std::string, std::string>>& params,
+                              bool given);
   std::string op_;
   std::vector<std::pair<std::string, std::string>> params_;  // schema order, canonical values
   std::string id_;

@@ -74,4 +74,10 @@ struct CaseResult {
   double margin = 0.0;
 };
 
+// "A pass needs its probes": the leak probes of a result that the backend declined, comma-separated
+// ("repeat, isolation, alone, order"), when it declined every probe that ran (a declined probe is
+// the one kind that is skipped: probes.h); "" when it ran one, or none was run (--no-probes, an op
+// without probes). Reports print a pass with declined probes as "pass (probes declined: ...)".
+std::string declined_probes(const CaseResult& r);
+
 }  // namespace deltacheck::harness

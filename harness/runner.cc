@@ -77,6 +77,15 @@ bool is_failure(Verdict v) {
   return v == Verdict::kFail || v == Verdict::kLeak || v == Verdict::kError;
 }
 
+std::string declined_probes(const CaseResult& r) {
+  std::string names;
+  for (const ProbeReport& p : r.probes) {
+    if (p.verdict != Verdict::kSkipped) return "";
+    names += (names.empty() ? "" : ", ") + p.name;
+  }
+  return names;
+}
+
 PreparedCase prepare(const cases::Case& c, const cases::GenOptions& options,
                      std::shared_ptr<const ExpectationCache> cache, bool defer_store) {
   const Operation& op = operation_for(c);
@@ -595,7 +604,7 @@ int64_t first_bad_sequence(const CaseResult& r) {
 }  // namespace
 
 CaseResult run_case(const PreparedCase& prepared, Backend& backend, bool probes,
-                    const FailureCallback& on_failure, bool prepare_ahead) {
+                    const FailureCallback& on_failure, bool prepare_ahead, bool require_probes) {
   const auto t0 = std::chrono::steady_clock::now();
   const MatmulPrecision precision = backend.matmul_precision();
   // A backend that declares TF32 matmuls is judged against the TF32 baseline on fp32 cases.
@@ -661,6 +670,15 @@ CaseResult run_case(const PreparedCase& prepared, Backend& backend, bool probes,
       r.probes.push_back({"probes", Verdict::kError, e.what()});
     }
     merge_probe_verdicts(r);
+    // Asked for (RunOptions::require_probes): a pass whose every probe the backend declined did
+    // not run what the run asked of it. Error, not fail: nothing says its numbers are wrong.
+    if (const std::string declined = declined_probes(r);
+        require_probes && r.verdict == Verdict::kPass && !declined.empty()) {
+      r.verdict = Verdict::kError;
+      r.message = "a pass needs its leak probes, which this run requires: the backend declined " +
+                  std::string(r.probes.size() > 1 ? "every one" : "it") + " (" + declined +
+                  "): " + r.probes.front().detail;
+    }
   } else if (!probes && r.verdict == Verdict::kFail && r.seq_lengths.size() >= 2 &&
              first_bad_sequence(r) == 0) {
     r.message += "; a leak from a later sequence into seq 0 was not ruled out (probes are off)";
@@ -835,7 +853,8 @@ std::vector<CaseResult> run_all(const std::vector<cases::Case>& cs,
     try {
       const PreparedCase pc = prepared();
       for (Backend* b : backends)
-        rs.push_back(run_case(pc, *b, options.probes, options.on_failure, ahead));
+        rs.push_back(
+            run_case(pc, *b, options.probes, options.on_failure, ahead, options.require_probes));
       // Only now, with every call of the case made, is its expectation written to the cache.
       write_cache_entry(pc);
     } catch (const std::exception& e) {

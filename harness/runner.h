@@ -83,8 +83,10 @@ using FailureCallback =
 // Runs one backend on one prepared case (catching everything the backend throws), then, when
 // `probes`, the oracle-free leakage probes (harness/probes.h); failing results go to on_failure.
 // `prepare_ahead`: each probe call's inputs are built while the call before it runs.
+// `require_probes` (RunOptions::require_probes): a pass whose probes were all declined is an error.
 CaseResult run_case(const PreparedCase& pc, Backend& backend, bool probes = false,
-                    const FailureCallback& on_failure = nullptr, bool prepare_ahead = false);
+                    const FailureCallback& on_failure = nullptr, bool prepare_ahead = false,
+                    bool require_probes = false);
 
 // Folds probe verdicts into the case verdict (probe leak -> leak; probe fail -> fail).
 void merge_probe_verdicts(CaseResult& r);
@@ -111,6 +113,10 @@ struct RunOptions {
   // With one job: the next case is prepared on another thread while this one runs, and each
   // probe call's inputs while the call before it runs (run_all).
   bool prepare_ahead = false;
+  // A pass needs its probes: a case whose every leak probe the backend declined (probes.h) is
+  // verdict error instead of pass. Set where the user asked for the probes (the tool: with
+  // --deterministic or --batch-invariant); otherwise such a pass is only reported as one.
+  bool require_probes = false;
 };
 
 // Runs every case on every backend, streaming: each case is prepared, run and released before

@@ -17,7 +17,8 @@ StatusOr<Case> forward_case(const Case& c, const char* grad_op, const char* forw
     if (std::none_of(grad_only.begin(), grad_only.end(), [&](const char* g) { return key == g; }))
       params.emplace_back(key, kv.second);
   }
-  return Case::make(forward_op, params);
+  // Derived: the rules for a case given from outside are the gradient op's own (check_given).
+  return Case::derive(forward_op, params);
 }
 
 std::vector<ParamSpec> schema_params(const OpSchema& forward, std::vector<ParamSpec> upstream) {

@@ -92,7 +92,9 @@ void fill_rows(Tensor& t, uint64_t seed, int64_t first, int64_t count, int64_t p
 template <typename Fn>
 Tensor with_tail(const Tensor& t, int64_t tail, uint64_t seed, Fn value) {
   std::vector<int64_t> shape = t.shape();
-  const int64_t rows = shape[1], per = t.numel() / (shape[0] * shape[1]);
+  const int64_t rows = shape[1];
+  int64_t per = 1;  // elements a token (a product, not numel / tokens: there may be no token)
+  for (size_t i = 2; i < shape.size(); ++i) per *= shape[i];
   shape[1] += tail;
   Tensor out(t.name(), t.dtype(), shape);
   std::memcpy(out.data(), t.data(), t.nbytes());

@@ -77,7 +77,8 @@ void validate(const GatedDeltaRuleArgs& a) {
   if (a.num_value_heads % a.num_heads != 0)
     fail("HV % H != 0 (HV=" + std::to_string(a.num_value_heads) +
          ", H=" + std::to_string(a.num_heads) + ")");
-  if (!a.q || !a.k || !a.v || !a.g || !a.beta) fail("q, k, v, g and beta are required");
+  if (a.batch * a.seq_len > 0 && (!a.q || !a.k || !a.v || !a.g || !a.beta))
+    fail("q, k, v, g and beta are required");
   if (!a.cu_seqlens.empty()) {
     if (a.batch != 1) fail("cu_seqlens requires batch == 1");
     if (a.cu_seqlens.size() < 2) fail("cu_seqlens needs at least 2 entries");

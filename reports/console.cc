@@ -57,9 +57,14 @@ std::string format_result_line(const harness::CaseResult& r, const ConsoleOption
   const std::string backend = r.precision.empty() || r.precision == "fp32"
                                   ? r.backend
                                   : r.backend + "[" + r.precision + "]";
+  // A pass without its probes says so on its own line (it may be the only one printed).
+  const std::string declined = harness::declined_probes(r);
+  const std::string annotation = r.verdict == Verdict::kPass && !declined.empty()
+                                     ? " (probes declined: " + declined + ")"
+                                     : "";
   std::string line =
-      fmt::format("{} {:<28} {:<38} {:>5} {}\n", verdict_cell(r.verdict, o),
-                  printable_line(backend), metric, margin, printable_line(r.case_id));
+      fmt::format("{} {:<28} {:<38} {:>5} {}{}\n", verdict_cell(r.verdict, o),
+                  printable_line(backend), metric, margin, printable_line(r.case_id), annotation);
   for (const std::string& reason : reason_lines(r))
     line += fmt::format("{:12}{}\n", "", printable_line(reason, 1 << 16));
   return line;
@@ -90,11 +95,15 @@ std::string format_summary(const std::vector<harness::CaseResult>& results, doub
     for (Verdict v : order) s += fmt::format("{:>12}", per_backend[b][v]);
     s += "\n";
   }
+  const int unprobed = passes_without_probes(results);
   std::string counts;
   for (Verdict v : order)
     if (totals[v] > 0)
-      counts +=
-          fmt::format("{}{} {}", counts.empty() ? "" : ", ", totals[v], harness::verdict_name(v));
+      counts += fmt::format(
+          "{}{} {}{}", counts.empty() ? "" : ", ", totals[v], harness::verdict_name(v),
+          v == Verdict::kPass && unprobed > 0 ? fmt::format(" ({} without probes)", unprobed)
+                                              : std::string());
+  if (unprobed > 0) s += "\n" + passes_without_probes_line(unprobed) + "\n";
   const bool bad = !failing.empty();
   s += fmt::format("\n{}deltacheck: {} cases x {} backends: {} in {:.1f} s — {}{}\n",
                    o.color ? (bad ? "\033[31m" : "\033[32m") : "", cases.size(), backends.size(),

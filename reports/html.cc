@@ -378,7 +378,9 @@ std::string results_table(const Report& r) {
         num_key(res.worst_threshold), res.worst_tensor.empty() ? "" : sci(res.worst_threshold),
         num_key(res.margin), res.worst_tensor.empty() ? "" : fmt::format("{:.2f}", res.margin),
         res.seconds_total, res.seconds_total,
-        res.verdict == Verdict::kPass ? "" : esc(failure_headline(res)));
+        res.verdict != Verdict::kPass           ? esc(failure_headline(res))
+        : harness::declined_probes(res).empty() ? ""
+                                                : esc(verdict_text(res)));
   }
   return s + "</tbody></table>\n";
 }
@@ -502,6 +504,10 @@ std::string format_html(const Report& r) {
     s += "</tr>\n";
   }
   s += "</tbody></table>\n";
+  std::vector<harness::CaseResult> results;
+  for (const Entry& e : r.entries) results.push_back(e.result);
+  if (const int n = passes_without_probes(results); n > 0)
+    s += fmt::format("<p class=\"unprobed\">{}</p>\n", esc(passes_without_probes_line(n)));
 
   s += "<h2 id=\"matrix\">Verdicts by case family</h2>\n<p class=\"small\">family = operation, "
        "layout kind and cache mode; one square per case (click one to jump to it)</p>\n";

@@ -72,11 +72,16 @@ std::string format_markdown(const Report& r) {
     if (std::find(backends.begin(), backends.end(), e.result.backend) == backends.end())
       backends.push_back(e.result.backend);
   }
+  std::vector<harness::CaseResult> results;
+  for (const Entry& e : r.entries) results.push_back(e.result);
+  const int unprobed = passes_without_probes(results);
   std::string tally;
   for (Verdict v : verdict_order())
     if (totals[v] > 0)
-      tally +=
-          fmt::format("{}{} {}", tally.empty() ? "" : ", ", totals[v], harness::verdict_name(v));
+      tally += fmt::format(
+          "{}{} {}{}", tally.empty() ? "" : ", ", totals[v], harness::verdict_name(v),
+          v == Verdict::kPass && unprobed > 0 ? fmt::format(" ({} without probes)", unprobed)
+                                              : std::string());
   const bool failed = fails_gate(r);
   std::string o = fmt::format("## deltacheck: {} — {} cases × {} backends: {}\n\n",
                               failed ? "FAILED" : "passed", r.selected_cases, backends.size(),
@@ -92,6 +97,7 @@ std::string format_markdown(const Report& r) {
   std::vector<std::string> backend_cells;
   for (const std::string& b : backends) backend_cells.push_back(code(b));
   o += verdict_table(r, "backend", backends, backend_cells, counts);
+  if (unprobed > 0) o += "\n" + passes_without_probes_line(unprobed) + ".\n";
   // Families in order of first appearance, with their verdict counts and failures.
   std::vector<std::string> families;
   std::map<std::string, std::map<Verdict, int>> family_counts;

@@ -18,7 +18,9 @@
 #include <sstream>
 #include <thread>
 
+#include "cases/case.h"
 #include "cases/safe_text.h"
+#include "cases/selection.h"
 #include "harness/tolerance.h"
 
 namespace deltacheck::reports {
@@ -294,6 +296,68 @@ LoadedReport read_report(const std::string& dir_or_file) {
   return parse_json(text, path);
 }
 
+namespace {
+
+// The id of the case at position `pos` of the (unsharded) selection a report's `selection`
+// records, re-derived through the case selection; "" when it cannot be (a selection the report
+// does not record, one this build cannot make, a position past it).
+std::string case_at(const Report& r, int64_t pos) {
+  try {
+    const nlohmann::ordered_json& j = r.selection;
+    if (!j.is_object()) return "";
+    cases::SelectionSpec spec;
+    if (j.contains("suite") && j["suite"].is_string()) spec.suite = j["suite"].get<std::string>();
+    if (j.contains("cases")) spec.ids = j["cases"].get<std::vector<std::string>>();
+    if (j.contains("filter") && j["filter"].is_string() && !j["filter"].get<std::string>().empty())
+      spec.filters = {j["filter"].get<std::string>()};
+    else if (j.contains("filter") && j["filter"].is_array())
+      spec.filters = j["filter"].get<std::vector<std::string>>();
+    if (j.contains("exclude")) spec.excludes = j["exclude"].get<std::vector<std::string>>();
+    if (j.contains("seed") && j["seed"].is_number_integer()) spec.seed = j["seed"].get<int64_t>();
+    const cases::SelectedCases sel = cases::select(spec);
+    return pos >= 0 && pos < static_cast<int64_t>(sel.cases.size()) ? sel.cases[pos].id() : "";
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+// A shard holds one result per backend for exactly the cases its shard selected: position p of
+// the selection (p < selected_cases) belongs to shard p % N. A shard with results removed (or
+// added) would otherwise merge into a run that never happened.
+Status check_coverage(const Report& r, const std::vector<Entry>& entries, const std::string& src,
+                      const std::map<int64_t, std::string>& id_at) {
+  const int64_t n = std::max(r.shard_count, 1);
+  auto owned = [&](int64_t p) { return p >= 0 && p < r.selected_cases && p % n == r.shard_index; };
+  int64_t expected = 0;
+  for (int64_t p = r.shard_index; p < r.selected_cases; p += n) ++expected;
+  const std::string which =
+      n > 1 ? fmt::format("shard {}/{}", r.shard_index, r.shard_count) : std::string("the run");
+  for (const std::string& b : r.backends) {
+    std::set<int64_t> held;
+    for (const Entry& e : entries) {
+      if (e.result.backend != b) continue;
+      if (!owned(e.index))
+        return Status::InvalidArgument(
+            fmt::format("{}: holds {} on {}, outside the {} cases {} selected (position {} of {})",
+                        src, e.result.case_id, b, expected, which, e.index, r.selected_cases));
+      held.insert(e.index);
+    }
+    for (int64_t p = r.shard_index; p < r.selected_cases; p += n) {
+      if (held.count(p)) continue;
+      auto it = id_at.find(p);
+      std::string id = it != id_at.end() ? it->second : case_at(r, p);
+      return Status::InvalidArgument(fmt::format(
+          "{}: {} selected {} cases but holds {} results on {}; the first missing is {}", src,
+          which, expected, held.size(), b,
+          id.empty() ? fmt::format("the case at position {} of the selection", p)
+                     : fmt::format("{} (position {} of the selection)", id, p)));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 MergedReport merge_reports(const std::vector<Report>& inputs,
                            const std::vector<std::string>& sources) {
   MergedReport m;
@@ -313,6 +377,28 @@ MergedReport merge_reports(const std::vector<Report>& inputs,
   // Shards are grouped by what they ran (selection and backends); each group must be complete.
   std::map<std::string, std::pair<int, std::set<int>>> shard_groups;
   std::set<std::pair<std::string, std::string>> seen;
+  // The entries with their case ids in canonical form: one case in two spellings is one case.
+  std::vector<std::vector<Entry>> canonical(inputs.size());
+  std::map<std::string, std::map<int64_t, std::string>> id_at;  // group -> position -> case
+  auto group_of = [](const Report& r) {
+    std::string group = r.selection.dump();
+    for (const auto& b : r.backends) group += "|" + b;
+    return group;
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string src = i < sources.size() ? sources[i] : fmt::format("input {}", i);
+    for (Entry e : inputs[i].entries) {
+      const StatusOr<cases::Case> c = cases::Case::from_id(e.result.case_id);
+      if (!c.ok()) {
+        m.status = Status::InvalidArgument(fmt::format("{}: case id '{}' does not parse: {}", src,
+                                                       e.result.case_id, c.status().message()));
+        return m;
+      }
+      e.result.case_id = c.value().id();
+      id_at[group_of(inputs[i])].emplace(e.index, e.result.case_id);
+      canonical[i].push_back(std::move(e));
+    }
+  }
   std::vector<std::pair<const Entry*, size_t>> entries;  // entry, backend rank
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Report& r = inputs[i];
@@ -339,8 +425,7 @@ MergedReport merge_reports(const std::vector<Report>& inputs,
     for (const std::string& b : r.backends)
       if (std::find(out.backends.begin(), out.backends.end(), b) == out.backends.end())
         out.backends.push_back(b);
-    std::string group = r.selection.dump();
-    for (const auto& b : r.backends) group += "|" + b;
+    const std::string group = group_of(r);
     auto& [count, indices] = shard_groups[group];
     if (count != 0 && count != r.shard_count) {
       m.status = Status::InvalidArgument(
@@ -354,7 +439,11 @@ MergedReport merge_reports(const std::vector<Report>& inputs,
           fmt::format("{}: shard {}/{} given twice", src, r.shard_index, r.shard_count));
       return m;
     }
-    for (const Entry& e : r.entries) {
+    if (Status st = check_coverage(r, canonical[i], src, id_at[group]); !st.ok()) {
+      m.status = st;
+      return m;
+    }
+    for (const Entry& e : canonical[i]) {
       if (!seen.insert({e.result.case_id, e.result.backend}).second) {
         m.status = Status::InvalidArgument(fmt::format("{}: {} on {} is in two of the reports", src,
                                                        e.result.case_id, e.result.backend));

@@ -223,6 +223,9 @@ std::string format_json(const Report& r) {
     if (!t.is_object()) t = json::object();
     const char* v = harness::verdict_name(e.result.verdict);
     t[v] = t.value(v, 0) + 1;
+    // A pass needs its probes: those whose every probe the backend declined, counted apart.
+    if (e.result.verdict == Verdict::kPass && !harness::declined_probes(e.result).empty())
+      t["pass_without_probes"] = t.value("pass_without_probes", 0) + 1;
   }
   const json j = {
       {"schema", kSchemaName},

@@ -39,6 +39,27 @@ const std::vector<Verdict>& verdict_order() {
   return order;
 }
 
+std::string verdict_text(const harness::CaseResult& r) {
+  const std::string declined = harness::declined_probes(r);
+  if (r.verdict != Verdict::kPass || declined.empty()) return harness::verdict_name(r.verdict);
+  return "pass (probes declined: " + declined + ")";
+}
+
+int passes_without_probes(const std::vector<harness::CaseResult>& results) {
+  int n = 0;
+  for (const harness::CaseResult& r : results)
+    n += r.verdict == Verdict::kPass && !harness::declined_probes(r).empty();
+  return n;
+}
+
+std::string passes_without_probes_line(int n) {
+  if (n == 0) return "";
+  return fmt::format(
+      "{} {} without {} leak probes: the backend declined every one (--deterministic or "
+      "--batch-invariant make such a case an error)",
+      n, n == 1 ? "pass" : "passes", n == 1 ? "its" : "their");
+}
+
 std::string sci(double x) {
   if (std::isnan(x)) return "nan";
   if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
@@ -114,8 +135,8 @@ std::vector<std::string> reason_lines(const harness::CaseResult& r) {
 
 std::string result_details(const Entry& e) {
   const harness::CaseResult& r = e.result;
-  std::string o = fmt::format("verdict: {}\ncase: {}\nbackend: {}\n",
-                              harness::verdict_name(r.verdict), r.case_id, r.backend);
+  std::string o =
+      fmt::format("verdict: {}\ncase: {}\nbackend: {}\n", verdict_text(r), r.case_id, r.backend);
   if (!r.message.empty()) o += "message: " + r.message + "\n";
   o += fmt::format("family: {}  seed: {}\n", e.family, e.seed);
   for (const harness::TensorReport& t : r.tensors) {

@@ -29,6 +29,14 @@ std::vector<std::string> reason_lines(const harness::CaseResult& r);
 // command and dump: what a developer reads first (JUnit system-out).
 std::string result_details(const Entry& e);
 
+// The verdict as the reports print it: its name, and for a pass whose every leak probe the
+// backend declined, "pass (probes declined: repeat, isolation, alone, order)".
+std::string verdict_text(const harness::CaseResult& r);
+// The passes among `results` whose probes were all declined (harness::declined_probes), and the
+// line the totals of every format print for them ("" when none).
+int passes_without_probes(const std::vector<harness::CaseResult>& results);
+std::string passes_without_probes_line(int n);
+
 // "1.8e-01" (non-finite values as nan / inf).
 std::string sci(double x);
 

@@ -55,6 +55,10 @@ struct RunOptions {
   // callable, an external program, a GPU kernel) waits less between cases. Backends are still
   // called from one thread, in case order; results are identical. Costs one more case's memory.
   bool prepare_ahead = false;
+  // A pass needs its probes: a case whose every leak probe the backend declined (answered
+  // unsupported for each variation) is verdict error instead of pass. Without it such a pass
+  // stays a pass, printed as "pass (probes declined: ...)" and counted in the totals.
+  bool require_probes = false;
 };
 
 // Memory limits (`--max-memory`): the default, half the machine's RAM; a size from text ("16G",

@@ -13,6 +13,42 @@
 #include "ops/schema.h"
 
 namespace deltacheck::ops::gdr {
+
+// A layout that holds no token (single[0], packed[0,0], batch[Nx0]) leaves a case only the states
+// it carries to check: the final state is the initial state (prefill, chunked, dynamic), the pool
+// comes back as it was (pool, ckpt). Meaningful where those states are not all zeros; every other
+// zero-token case given to deltacheck is refused here, before a backend could be blamed for it.
+// (A pack's zero-length sequence run alone by the probes is a derived case: not checked.)
+Status check_zero_tokens(const Case& c) {
+  if (c.layout().total_tokens() > 0) return Status::Ok();
+  const Params p = decode(c);
+  const std::string what = "layout=" + c.get("layout") + " holds no token: ";
+  switch (p.cache) {
+    case Cache::kNone:
+      return invalid(what +
+                     "cache=none has no output then (cache=prefill with state=rand checks that "
+                     "the final state is the initial state)");
+    case Cache::kSpec:
+      return invalid(what + "cache=spec needs at least one draft token per sequence (batch[Nx1])");
+    case Cache::kAccept:
+      return invalid(what + "cache=accept needs 1 + k >= 1 tokens per sequence (batch[Nx1])");
+    case Cache::kTree:
+      return invalid(what + "cache=tree needs at least one draft token per request (batch[Nx1])");
+    case Cache::kPrefill:
+    case Cache::kChunked:
+    case Cache::kDynamic:
+      // Not state=mixed either: it starts sequence 0 from zero, and the probes run sequences
+      // alone (a case of its own, whose every state would be zero).
+      if (p.state != State::kRand)
+        return invalid(what + "its only output is the initial state carried through, " +
+                       (p.state == State::kNone ? "all zeros" : "zero for sequence 0") +
+                       " with state=" + c.get("state") + " (give state=rand)");
+      return Status::Ok();
+    default:  // decode: refused above; pool, ckpt: the pool's rows must come back unchanged
+      return Status::Ok();
+  }
+}
+
 namespace {
 
 Status check_gdr(const Case& c) {
@@ -83,7 +119,8 @@ OpSchema gdr_schema() {
                   "ckpt: block size in tokens (16..2048; other modes: at most 64)"),
           seed_param(),
       },
-      check_gdr};
+      check_gdr,
+      check_zero_tokens};
 }
 
 // Position of sequence s's first token in the flat [B*T] token order.

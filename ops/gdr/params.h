@@ -83,7 +83,10 @@ std::vector<int32_t> pool_slots(const Params& p);
 bool one_token_per_sequence(const Params& p);
 
 cases::OpDefinition definition();  // case.cc
-const Operation& operation();      // operation.cc
+// The rule for a case given with a layout that holds no token (OpSchema::check_given): Ok where
+// its states still say something (case.cc); shared with gdr_grad's forward case.
+Status check_zero_tokens(const cases::Case& c);
+const Operation& operation();  // operation.cc
 
 // Shared with the operations built on the rule's forward problem (ops/gdr_grad): the inputs of a
 // gdr case (case.cc; the schema's generator), and the FP64 reference arguments of a (non-pool)

@@ -29,6 +29,19 @@ Status check_grad(const Case& c) {
   return cp_split(decode(c)).status();  // each cut must fall inside a sequence
 }
 
+// A case given over no token: the forward case's rule (an initial state to carry), and then every
+// gradient is zero but dh0, which equals dht.
+Status check_zero_tokens(const Case& c) {
+  const StatusOr<Case> f = make_forward_case(c);
+  if (!f.ok() || f.value().layout().total_tokens() > 0) return Status::Ok();  // check_grad's
+  if (Status st = gdr::check_zero_tokens(f.value()); !st.ok()) return st;
+  if (c.get("dht") == "none")
+    return invalid("layout=" + c.get("layout") +
+                   " holds no token: every gradient is zero then but dh0, which equals dht "
+                   "(give dht=rand)");
+  return Status::Ok();
+}
+
 OpSchema grad_schema() {
   std::vector<ParamSpec> params =
       grad::schema_params(gdr::definition().schema,
@@ -48,7 +61,7 @@ OpSchema grad_schema() {
   return OpSchema{"gdr_grad",
                   "gated delta rule backward: dq, dk, dv, dg, dbeta, dh0 (with an initial state) "
                   "from do and dht; forward inputs as the gdr prefill case's",
-                  std::move(params), check_grad};
+                  std::move(params), check_grad, check_zero_tokens};
 }
 
 TensorMap generate_grad(const Case& c, const GenOptions& o) {

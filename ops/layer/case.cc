@@ -11,6 +11,17 @@
 #include "ops/schema.h"
 
 namespace deltacheck::ops::layer {
+
+// Its conv, gates and norm run per token, and the FP64 layer takes at least one: a layer case
+// given over no token at all is refused (zero-length sequences belong in packs that hold tokens;
+// the probes' derived case of one run alone is not checked).
+Status check_zero_tokens(const Case& c) {
+  if (c.layout().total_tokens() > 0) return Status::Ok();
+  return invalid("layout=" + c.get("layout") +
+                 " holds no token: a layer case needs at least one (zero-length sequences go in "
+                 "packs with tokens, e.g. packed[0,37,64])");
+}
+
 namespace {
 
 Status check_layer(const Case& c) {
@@ -47,7 +58,8 @@ OpSchema layer_schema() {
           integer("calls", "3", 1, 64, "chunked: pieces per sequence; dynamic: decode steps"),
           integer("seed", "0", 0, int64_t{1} << 62, "generator seed"),
       },
-      check_layer};
+      check_layer,
+      check_zero_tokens};
 }
 
 Stream seq_stream(const Params& d, const GenOptions& o, const std::string& tensor, int64_t s) {

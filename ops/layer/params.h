@@ -46,6 +46,9 @@ reference::LinearAttentionLayerArgs reference_args(const Params& d, const cases:
                                                    std::vector<std::vector<double>>& buffers);
 
 cases::OpDefinition definition();  // case.cc
-const Operation& operation();      // operation.cc
+// The rule for a case given with a layout that holds no token (OpSchema::check_given; case.cc):
+// refused. Shared with layer_grad's forward case.
+Status check_zero_tokens(const cases::Case& c);
+const Operation& operation();  // operation.cc
 
 }  // namespace deltacheck::ops::layer

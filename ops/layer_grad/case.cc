@@ -17,6 +17,12 @@ StatusOr<Case> make_forward_case(const Case& c) {
 
 Status check_grad(const Case& c) { return grad::check_forward_and_tail(c, make_forward_case(c)); }
 
+// A case given over no token: the forward layer case's rule.
+Status check_zero_tokens(const Case& c) {
+  const StatusOr<Case> f = make_forward_case(c);
+  return f.ok() ? layer::check_zero_tokens(f.value()) : Status::Ok();  // else check_grad's
+}
+
 OpSchema grad_schema() {
   return OpSchema{
       "layer_grad",
@@ -28,7 +34,7 @@ OpSchema grad_schema() {
                   "gradient of the final recurrent state: none (zero) | rand (0.5 N(0,1))"),
            choice("dconv", "none", {"none", "rand"},
                   "gradient of the final conv state: none (zero) | rand (0.5 N(0,1))")}),
-      check_grad};
+      check_grad, check_zero_tokens};
 }
 
 TensorMap generate_grad(const Case& c, const GenOptions& o) {

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -165,6 +166,21 @@ inline CliResult run_cli(const std::string& args, const TempDir& dir) {
 }
 
 inline std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+inline int lines(const std::string& s) {
+  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+}
+
+// The contract for a rejected input: exit 2, nothing on stdout, one line on stderr
+// "deltacheck: error: ..." that contains `error`.
+inline void expect_one_line_error(const std::string& what, const CliResult& r,
+                                  const std::string& error) {
+  EXPECT_EQ(r.exit_code, 2) << what << ": " << r.out << r.err;
+  EXPECT_EQ(r.out, "") << what;
+  EXPECT_EQ(lines(r.err), 1) << what << ": " << r.err;
+  EXPECT_EQ(r.err.rfind("deltacheck: error: ", 0), 0u) << what << ": " << r.err;
+  EXPECT_NE(r.err.find(error), std::string::npos) << what << ": " << r.err;
+}
 
 // Whether the process is gone (no such process, or a zombie nobody waits for), within `seconds`;
 // killed if not (a test leaves nothing behind).

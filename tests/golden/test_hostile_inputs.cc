@@ -36,16 +36,12 @@ using testing::TempDir;
 
 bool print_table() { return std::getenv("DELTACHECK_PRINT_TABLE") != nullptr; }
 
-int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+using testing::lines;
 
-// The contract for a rejected input: exit 2, nothing on stdout, one line on stderr.
+// The contract for a rejected input (testing::expect_usage_error), and a short line.
 void expect_usage_error(const std::string& what, const testing::CliResult& r,
                         const std::string& error) {
-  EXPECT_EQ(r.exit_code, 2) << what << ": " << r.out << r.err;
-  EXPECT_EQ(r.out, "") << what;
-  EXPECT_EQ(lines(r.err), 1) << what << ": " << r.err;
-  EXPECT_EQ(r.err.rfind("deltacheck: error: ", 0), 0u) << what << ": " << r.err;
-  EXPECT_NE(r.err.find(error), std::string::npos) << what << ": " << r.err;
+  testing::expect_one_line_error(what, r, error);
   EXPECT_LT(r.err.size(), 1000u) << what << ": the line quotes hostile text whole";
   if (print_table())
     std::printf("TABLE | %s | %s\n", what.c_str(), r.err.substr(0, r.err.size() - 1).c_str());
@@ -130,8 +126,10 @@ std::vector<BadArgs> bad_args() {
       {"--backend empty", "run --backend ''", "no backend given"},
       {"--backend unknown", "run --backend nonexistent", "unknown backend 'nonexistent'"},
       {"--backend twice", "run --backend cpu,cpu", "'cpu' is given twice"},
-      {"--backend external without {in} {out}", "run --backend external --cmd true",
+      {"--backend external without --cmd", "run --backend external",
        "needs --cmd 'PROGRAM {in} {out}'"},
+      {"--backend external without {in} {out}", "run --backend external --cmd true",
+       "--cmd must contain {in}"},
       {"--filter invalid regex", "run --filter '('", "is not a valid regex"},
       {"--suite unknown", "run --suite nosuch", "unknown suite 'nosuch'"},
       {"--filter selecting nothing", "run --filter 'no such case'", "no case selected"},

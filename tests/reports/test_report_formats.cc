@@ -97,8 +97,8 @@ Report sample_report() {
   rep.seconds = 1.5;
   const std::string packed =
       "gdr(layout=packed[3,0,4],dtype=fp32,gate=strong,cache=prefill,seed=7)";
-  const std::string single = "gdr(layout=single[5],dtype=bf16,cache=none,seed=8)";
-  const std::string mask = "mask(B=1,q=4,cache=static,seed=9)";
+  const std::string single = "gdr(layout=single[5],dtype=bf16,state=none,cache=none,seed=8)";
+  const std::string mask = "mask(B=1,q=4,kv=8,cache=static,seed=9)";
   CaseResult nan = simple_result(single, "wrong:ignore-cu-seqlens", Verdict::kFail,
                                  "3 non-finite values in 'o' (first at index 0)");
   harness::TensorReport t;
@@ -177,7 +177,7 @@ TEST(ReportModel, EntriesKeepRoundedCurvesOnlyForResultsThatAreNotAPass) {
 
 // The one assembly both front ends use (the tool's run, the library's make_report).
 TEST(ReportModel, AssemblyPlacesCasesNamesBackendsAndKeepsRerunsOfKnownBackendsOnly) {
-  const std::string a = "gdr(layout=single[5],dtype=bf16,cache=none,seed=8)";
+  const std::string a = "gdr(layout=single[5],dtype=bf16,state=none,cache=none,seed=8)";
   const std::string b = "mask(B=1,q=4,cache=static,seed=9)";
   const std::string outside = "mask(B=2,seed=10)";
   RunRecord run;
@@ -313,9 +313,11 @@ TEST(JUnit, CountsVerdictsAndValidatesAgainstTheSchema) {
                      " [wrong:ignore-cu-seqlens]\""),
             std::string::npos)
       << xml;
-  EXPECT_NE(xml.find("classname=\"gdr.single\" name=\"gdr(layout=single[5],dtype=bf16,cache=none,"
-                     "seed=8) [cpu]\""),
-            std::string::npos);
+  EXPECT_NE(
+      xml.find(
+          "classname=\"gdr.single\" name=\"gdr(layout=single[5],dtype=bf16,state=none,cache=none,"
+          "seed=8) [cpu]\""),
+      std::string::npos);
   EXPECT_NE(xml.find("classname=\"mask.static\""), std::string::npos);
   EXPECT_EQ(xml.find("classname=\"gdr\""), std::string::npos);
   // The failure's body holds the reason lines (with the error against the worst baseline), the
@@ -418,6 +420,15 @@ TEST(Html, SelfContainedWithOnePlotPerFailingCurveAndTheBoundariesDrawn) {
     EXPECT_NE(html.find(std::string("<tr><td>") + family + "</td>"), std::string::npos) << family;
 }
 
+// The sample with a result of every case on every backend, as a run has (a merge requires it).
+Report covered_sample_report() {
+  Report r = sample_report();
+  r.entries.push_back(make_entry(simple_result("mask(B=2,seed=10)", "wrong:ignore-cu-seqlens",
+                                               Verdict::kUnsupported, "implements only gdr"),
+                                 3));
+  return r;
+}
+
 // The shards of a report: entry k of case index i goes to shard i % n.
 std::vector<Report> shard(const Report& r, int n) {
   std::vector<Report> shards(n, r);
@@ -431,12 +442,17 @@ std::vector<Report> shard(const Report& r, int n) {
 }
 
 TEST(Merge, ShardsMergeBackIntoTheReport) {
-  const Report r = sample_report();
+  const Report r = covered_sample_report();
   std::vector<Report> shards = shard(r, 3);
   std::swap(shards[0], shards[2]);  // input order does not matter
   const MergedReport m = merge_reports(shards, {"a", "b", "c"});
   ASSERT_TRUE(m.status.ok()) << m.status.message();
   Report expected = r;
+  for (Entry& e : expected.entries)  // the merge spells every id canonically
+    e.result.case_id = cases::Case::parse(e.result.case_id).id();
+  // Entries in case order, backends in the report's order.
+  std::stable_sort(expected.entries.begin(), expected.entries.end(),
+                   [](const Entry& a, const Entry& b) { return a.index < b.index; });
   expected.merged_from = {"a", "b", "c"};
   expected.seconds = 3 * r.seconds;
   EXPECT_EQ(format_json(m.report), format_json(expected));
@@ -445,7 +461,7 @@ TEST(Merge, ShardsMergeBackIntoTheReport) {
 }
 
 TEST(Merge, RefusesMissingOrRepeatedShardsAndOtherBuilds) {
-  const std::vector<Report> shards = shard(sample_report(), 3);
+  const std::vector<Report> shards = shard(covered_sample_report(), 3);
   const MergedReport missing = merge_reports({shards[0], shards[2]}, {"a", "c"});
   ASSERT_FALSE(missing.status.ok());
   EXPECT_NE(missing.status.message().find("shard 1/3 is missing"), std::string::npos);

@@ -193,6 +193,7 @@ int verify(const VerifyArgs& a) {
   RunOptions options;
   options.probes = !a.no_probes;
   options.on_failure = sink.failure_hook();
+  options.require_probes = a.backends.options.deterministic || a.backends.options.batch_invariant;
   std::vector<CaseResult> results;
   for (size_t i : selected.index) {
     StatusOr<PreparedCase> pc = prepare_stored(read_validated(reader, a.file, i));

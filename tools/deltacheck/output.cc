@@ -23,6 +23,7 @@ void add_output_options(CLI::App* app, OutputOptions& o) {
                   "verdicts that fail the run (exit code 1), comma-separated: fail, leak, error, "
                   "unsupported, skipped")
       ->delimiter(',')
+      ->allow_extra_args(false)  // as --backend: FILE after it is not a verdict
       ->capture_default_str();
   app->add_option("--progress", o.progress,
                   "bar: one progress line (passing rows folded into it), lines: a line per result, "
@@ -277,7 +278,10 @@ void print_step_summary(const StepSummary& s) {
 }
 
 void add_backend_options(CLI::App* app, BackendSelection& b) {
+  // One value per occurrence (--backend a,b or --backend a --backend b): a vector option would
+  // otherwise take every word up to the next option, a positional FILE included.
   app->add_option("--backend,-b", b.names, "backends, comma-separated (deltacheck list)")
+      ->allow_extra_args(false)
       ->capture_default_str();
   app->add_option("--device", b.options.device, "torch backend device: cpu | cuda")
       ->capture_default_str();
@@ -311,11 +315,13 @@ void add_backend_options(CLI::App* app, BackendSelection& b) {
       ->type_name("fp32|tf32");
   app->add_flag("--deterministic", b.options.deterministic,
                 "external, torch-op: the candidate promises bit-identical results for identical "
-                "inputs (two runs that differ then fail; otherwise the repeat probe measures it)");
+                "inputs (two runs that differ then fail; otherwise the repeat probe measures it); "
+                "a pass then needs its probes: one whose every probe was declined is an error");
   app->add_flag("--batch-invariant", b.options.batch_invariant,
                 "external, torch-op: the candidate promises that a sequence's bits do not depend "
                 "on the rest of its batch (the leakage probes then compare bit for bit and catch "
-                "leaks below the tolerance; otherwise they compare with the tolerance)");
+                "leaks below the tolerance; otherwise they compare with the tolerance); a pass "
+                "then needs its probes, as with --deterministic");
 }
 
 std::vector<std::unique_ptr<Backend>> make_backends(const BackendSelection& b) {
@@ -333,11 +339,16 @@ std::vector<std::unique_ptr<Backend>> make_backends(const BackendSelection& b) {
         throw UsageError(
             "--serve takes the program without {in} and {out}: each call names them on its "
             "stdin (docs/external.md)");
-    } else if (name == "external" && (b.options.cmd.find("{in}") == std::string::npos ||
-                                      b.options.cmd.find("{out}") == std::string::npos)) {
+    } else if (name == "external" && b.options.cmd.empty()) {
       throw UsageError(
           "--backend external needs --cmd 'PROGRAM {in} {out}' (golden/README.md) or --serve "
           "'PROGRAM' (docs/external.md)");
+    } else if (name == "external") {
+      for (const char* slot : {"{in}", "{out}"})
+        if (b.options.cmd.find(slot) == std::string::npos)
+          throw UsageError(std::string("--cmd must contain ") + slot +
+                           " (replaced by the case's input and output files: 'PROGRAM {in} "
+                           "{out}', golden/README.md)");
     }
     if ((name == "external" || b.isolate) && !(b.options.timeout_s > 0))
       throw UsageError("--timeout must be a positive number of seconds");

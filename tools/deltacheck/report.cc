@@ -138,7 +138,8 @@ Command add_report_command(CLI::App& app) {
   m->add_option("-o,--output", args->out, "directory for the merged report")->required();
   m->add_option("--fail-on", args->fail_on,
                 "verdicts that fail the merged run (default: those the inputs were run with)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->allow_extra_args(false);  // a report folder after it is an input, not a verdict
   m->add_flag("--quiet,-q", args->quiet, "print only results that are not a pass");
   m->footer(R"(example:
   deltacheck run --suite gate --shard 0/2 --report-dir shard0

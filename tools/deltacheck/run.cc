@@ -51,6 +51,8 @@ int run(const RunArgs& a) {
   ropt.probes = !a.no_probes;
   ropt.max_memory_bytes = max_memory;
   ropt.prepare_ahead = a.prepare_ahead;
+  // The user asked for the probes (their comparisons bit for bit): a pass needs them.
+  ropt.require_probes = a.backends.options.deterministic || a.backends.options.batch_invariant;
   const auto results =
       deltacheck::run(cs, backends, ropt, [&](const auto& r) { sink.on_result(r); });
   return sink.finish(results);

@@ -32,11 +32,15 @@ IdFilter make_id_filter(const std::string& filter) {
 
 void add_selection_options(CLI::App* app, Selection& s) {
   app->add_option("--suite,-s", s.suite, "suite: smoke, gate, full")->capture_default_str();
-  app->add_option("--case", s.case_ids, "exactly this case id (repeatable; overrides --suite)");
+  // Repeatable options take one value per occurrence (allow_extra_args(false)): a vector option
+  // would otherwise take every word up to the next option, a positional FILE included.
+  app->add_option("--case", s.case_ids, "exactly this case id (repeatable; overrides --suite)")
+      ->allow_extra_args(false);
   app->add_option("--filter,-f", s.filter,
                   "keep cases whose id matches this regex (RE2 syntax, linear time)");
   app->add_option("--exclude,-x", s.excludes,
-                  "drop cases whose id matches this regex (RE2 syntax; repeatable)");
+                  "drop cases whose id matches this regex (RE2 syntax; repeatable)")
+      ->allow_extra_args(false);
   app->add_option("--seed", s.seed, "replace every case's seed with this one")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 62));
   app->add_option("--shard", s.shard,
