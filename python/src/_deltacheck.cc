@@ -657,7 +657,8 @@ NB_MODULE(_deltacheck, m) {
       [](const std::vector<CaseResult>& results, const std::string& dir,
          std::optional<std::vector<std::string>> selection, int64_t seed, double seconds,
          const std::string& command,
-         const std::vector<std::pair<std::string, std::string>>& rerun) {
+         const std::vector<std::pair<std::string, std::string>>& rerun, int shard_index,
+         int shard_count) {
         deltacheck::ReportOptions options;
         options.seconds = seconds;
         if (selection) {
@@ -679,7 +680,9 @@ NB_MODULE(_deltacheck, m) {
             else
               into->push_back((*selection)[i]);
           }
-          options.selection = make_selection(suite, ids, filters, excludes, seed, 0, 1);
+          // The shard the results are of: `report merge` checks them against its cases.
+          options.selection =
+              make_selection(suite, ids, filters, excludes, seed, shard_index, shard_count);
         }
         deltacheck::Report report = deltacheck::make_report(results, options);
         if (!command.empty()) report.command = command;
@@ -690,5 +693,6 @@ NB_MODULE(_deltacheck, m) {
         if (!st.ok()) throw std::runtime_error(st.message());
       },
       nb::arg("results"), nb::arg("dir"), nb::arg("selection"), nb::arg("seed"), nb::arg("seconds"),
-      nb::arg("command"), nb::arg("rerun"));
+      nb::arg("command"), nb::arg("rerun"), nb::arg("shard_index") = 0,
+      nb::arg("shard_count") = 1);
 }

@@ -70,6 +70,17 @@ def test_report_files_carry_the_rerun_line(tmp_path):
     assert "unwritten outputs: NOT detectable" in report["run"]["command"]
 
 
+def test_a_sharded_report_records_its_shard(tmp_path):
+    # report merge holds each shard to the cases it selected: a shard's report must say which.
+    res = dc.check(recurrent_gdr, suite="smoke", filter=r"^gdr\(layout=packed", shard=(1, 3),
+                   framework="numpy", probes=False)
+    res.to_report(tmp_path)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["run"]["shard"] == {"index": 1, "count": 3}
+    selected = report["selected_cases"]
+    assert len(report["results"]) == len(range(1, selected, 3)) > 0
+
+
 def _kernel(**overrides):
     def fn(**kw):
         o, s = recurrent_gdr(**kw)

@@ -239,7 +239,7 @@ class Result:
     """The results of deltacheck.check: .ok, .summary(), .to_report(dir), per-case results
     (iterate, or index by case id), .notes, and timing (.seconds, .seconds_callable)."""
 
-    def __init__(self, results, stats, notes, fn_label, convention, selection, seed):
+    def __init__(self, results, stats, notes, fn_label, convention, selection, seed, shard=None):
         self.results = results
         self.seconds = stats.seconds
         self.seconds_callable = stats.seconds_callable
@@ -249,6 +249,7 @@ class Result:
         self._convention = convention
         self._selection = selection
         self._seed = seed
+        self._shard = shard or (0, 1)
 
     @property
     def ok(self):
@@ -308,7 +309,8 @@ class Result:
         command += "".join(f"\n# {n}" for n in self.notes)
         _dc.write_report(self.results, str(directory), self._selection,
                          -1 if self._seed is None else int(self._seed), self.seconds, command,
-                         [(r.case_id, self.rerun(r)) for r in self.failures()])
+                         [(r.case_id, self.rerun(r)) for r in self.failures()],
+                         int(self._shard[0]), int(self._shard[1]))
         return str(directory)
 
 
@@ -351,4 +353,4 @@ def check(fn, suite="smoke", *, filter=None, exclude=None, case=None, seed=None,
     if isolate:
         notes.append(f"isolated: each call in a child process, killed after {timeout:g} s")
     return Result(results, stats, notes, _callable_name(fn).rsplit(".", 1)[-1], conv.name,
-                  selection, seed)
+                  selection, seed, shard)
