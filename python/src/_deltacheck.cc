@@ -656,9 +656,8 @@ NB_MODULE(_deltacheck, m) {
       "write_report",
       [](const std::vector<CaseResult>& results, const std::string& dir,
          std::optional<std::vector<std::string>> selection, int64_t seed, double seconds,
-         const std::string& command,
-         const std::vector<std::pair<std::string, std::string>>& rerun, int shard_index,
-         int shard_count) {
+         const std::string& command, const std::vector<std::pair<std::string, std::string>>& rerun,
+         int shard_index, int shard_count) {
         deltacheck::ReportOptions options;
         options.seconds = seconds;
         if (selection) {
@@ -693,6 +692,5 @@ NB_MODULE(_deltacheck, m) {
         if (!st.ok()) throw std::runtime_error(st.message());
       },
       nb::arg("results"), nb::arg("dir"), nb::arg("selection"), nb::arg("seed"), nb::arg("seconds"),
-      nb::arg("command"), nb::arg("rerun"), nb::arg("shard_index") = 0,
-      nb::arg("shard_count") = 1);
+      nb::arg("command"), nb::arg("rerun"), nb::arg("shard_index") = 0, nb::arg("shard_count") = 1);
 }
