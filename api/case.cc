@@ -11,6 +11,12 @@ namespace deltacheck {
 
 Case parse_case(const std::string& id) { return Case::parse(id); }
 
+Case parse_derived_case(const std::string& id) {
+  StatusOr<Case> c = Case::from_id(id, /*given=*/false);
+  if (!c.ok()) throw cases::CaseIdError(c.status().message());
+  return c.take();
+}
+
 std::string short_id(const Case& c) {
   const cases::OpSchema& schema = cases::find_schema(c.op());
   std::string out = c.op() + "(";

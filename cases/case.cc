@@ -209,7 +209,7 @@ StatusOr<Case> Case::build(std::string op,
 Case::Case(std::string op, const std::vector<std::pair<std::string, std::string>>& params)
     : Case(value_or_throw(make(std::move(op), params))) {}
 
-StatusOr<Case> Case::from_id(const std::string& text) {
+StatusOr<Case> Case::from_id(const std::string& text, bool given) {
   const std::string id = trim(text);
   if (Status st = check_printable(id); !st.ok()) return st;
   const size_t open = id.find('(');
@@ -226,7 +226,7 @@ StatusOr<Case> Case::from_id(const std::string& text) {
       return id_error("case id '" + excerpt(id) + "': '" + excerpt(part) + "' is not key=value");
     params.emplace_back(trim(part.substr(0, eq)), trim(part.substr(eq + 1)));
   }
-  StatusOr<Case> c = make(op, params);
+  StatusOr<Case> c = given ? make(op, params) : derive(op, params);
   if (!c.ok()) return id_error("case id '" + excerpt(id) + "': " + c.status().message());
   return c;
 }

@@ -70,8 +70,10 @@ class Case {
   // The same for a case derived from another (OpSchema::check_given is not applied).
   static StatusOr<Case> derive(std::string op,
                                const std::vector<std::pair<std::string, std::string>>& params);
-  // Parses a case id (any spelling; the case's id() is the canonical one).
-  static StatusOr<Case> from_id(const std::string& id);
+  // Parses a case id (any spelling; the case's id() is the canonical one). `given`: the id comes
+  // from outside (OpSchema::check_given applies); false for an id deltacheck derived itself and
+  // hands back, such as a probe's case (a pack's zero-length sequence alone is single[0]).
+  static StatusOr<Case> from_id(const std::string& id, bool given = true);
   // The same, throwing CaseIdError naming the problem.
   Case(std::string op, const std::vector<std::pair<std::string, std::string>>& params);
   static Case parse(const std::string& id);

@@ -51,6 +51,10 @@ using SuiteInfo = cases::SuiteInfo;
 // Parses a case id: parameters in any order, omitted ones take their defaults. Throws
 // CaseIdError naming the problem.
 Case parse_case(const std::string& id);
+// The same for an id deltacheck itself handed to a backend (a probe's derived case, such as a
+// pack's zero-length sequence alone as single[0]): the rules for ids given from outside (the
+// zero-token rule) are not applied, as the harness did not apply them when it derived the case.
+Case parse_derived_case(const std::string& id);
 // The id without the parameters that have their default values, e.g.
 // "gdr(layout=packed[63,0,65],HV=4,dtype=bf16,gate=strong,seed=7)": shorter, and parse_case()
 // reads it back as the same case.

@@ -540,16 +540,17 @@ NB_MODULE(_deltacheck, m) {
       },
       nb::arg("src"));
   m.def("case_params", [](const std::string& id) {
-    const Case c = deltacheck::parse_case(id);
+    const Case c = deltacheck::parse_derived_case(id);
     return std::make_pair(c.op(), c.params());
   });
   m.def("sequence_lengths", [](const std::string& id) {
-    const Case c = deltacheck::parse_case(id);
+    const Case c = deltacheck::parse_derived_case(id);
     const std::vector<int64_t>& lengths = c.layout().lengths;
     return std::vector<int64_t>(lengths);
   });
-  m.def("short_id",
-        [](const std::string& id) { return deltacheck::short_id(deltacheck::parse_case(id)); });
+  m.def("short_id", [](const std::string& id) {
+    return deltacheck::short_id(deltacheck::parse_derived_case(id));
+  });
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);

@@ -70,6 +70,16 @@ def test_report_files_carry_the_rerun_line(tmp_path):
     assert "unwritten outputs: NOT detectable" in report["run"]["command"]
 
 
+def test_a_zero_length_sequence_alone_is_probed_on_the_python_route():
+    # The alone probe runs a pack's empty sequence as single[0], a case no user may give (the
+    # zero-token rule); the route reads the probe's id back and must not hold it to that rule.
+    case = ("gdr(layout=packed[0,37,64],H=2,HV=4,K=64,V=64,dtype=fp32,gate=strong,state=mixed,"
+            "cache=dynamic,seed=137)")
+    (r,) = dc.check(recurrent_gdr, case=case, framework="numpy")
+    assert r.verdict == "pass", r.line()
+    assert "alone" in {p.name for p in r.probes}
+
+
 def test_a_sharded_report_records_its_shard(tmp_path):
     # report merge holds each shard to the cases it selected: a shard's report must say which.
     res = dc.check(recurrent_gdr, suite="smoke", filter=r"^gdr\(layout=packed", shard=(1, 3),
