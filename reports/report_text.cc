@@ -99,7 +99,9 @@ std::string readable_case_id(const std::string& id) {
   const cases::Case& c = parsed.value();
   const cases::OpSchema& schema = cases::find_schema(c.op());  // c's op exists
   std::string o = c.op() + "(";
-  for (const auto& [key, value] : c.params()) {
+  for (const auto& kv : c.params()) {
+    const std::string& key = kv.first;
+    const std::string& value = kv.second;
     // By key, not by position: a parameter absent by default (gdr's regime, gdr_grad's cp) is
     // left out of the id and shifts the ones after it.
     const auto spec = std::find_if(schema.params.begin(), schema.params.end(),
