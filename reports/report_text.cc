@@ -94,7 +94,7 @@ std::string failure_headline(const harness::CaseResult& r) {
 }
 
 std::string readable_case_id(const std::string& id) {
-  const StatusOr<cases::Case> parsed = cases::Case::from_id(id);
+  const StatusOr<cases::Case> parsed = cases::Case::from_id(id, /*given=*/false);
   if (!parsed.ok()) return id;
   const cases::Case& c = parsed.value();
   const cases::OpSchema& schema = cases::find_schema(c.op());  // c's op exists
