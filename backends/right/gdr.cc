@@ -53,7 +53,8 @@ void rule_sequence(Formulation f, cases::DType activations, const SequenceInputs
       recurrent_rule(s, S, out.data(), ts_head);
     else
       chunked_rule(s, S, out.data(), ts_head,
-                   f == Formulation::kChunkedLowp ? activations : cases::DType::kF32);
+                   f == Formulation::kChunked ? cases::DType::kF32 : activations,
+                   f == Formulation::kChunkedLowpSolve);
     for (int64_t t = 0; t < L; ++t) {
       std::copy_n(&out[t * V], V, &o[(t * in.HV + h) * V]);
       if (token_states) std::copy_n(&ts[t * per], per, &token_states[(t * in.HV + h) * per]);

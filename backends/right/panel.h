@@ -14,7 +14,10 @@
 
 namespace deltacheck::backends::right {
 
-enum class Formulation { kRecurrent, kChunked, kChunkedLowp };
+// kChunkedLowpSolve is no panel member: kChunkedLowp with the UT matrix's forward substitution
+// carried in the activation dtype (every running sum rounded), the deliberately wrong backend
+// wrong:ut-solve-lowp (backends/wrong_regime_backends.cc) of regime=corrk.
+enum class Formulation { kRecurrent, kChunked, kChunkedLowp, kChunkedLowpSolve };
 
 // One sequence of every head, token-major as the case stores it, widened to T (float in the
 // backends, double in the self-test): q, k [length, H, K], v [length, HV, V], g, beta [length, HV].
