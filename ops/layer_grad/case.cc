@@ -122,10 +122,11 @@ void regime_suite(SuiteBuilder& b, Tier t) {
   add({{"layout", "packed[63,0,65]"}, {"regime", "tinyqk"}, {"dtype", "bf16"}});
   add({{"layout", "packed[63,0,65]"}, {"regime", "corrk"}, {"dtype", "bf16"}});
   if (tier < 2) return;
-  for (const char* dt : {"fp32", "fp16"}) {
-    add({{"layout", "packed[63,0,65]"}, {"regime", "tinyqk"}, {"dtype", dt}});
+  // tinyqk not in fp16: d(x / |x|)/dx ~ 1 / |x| makes dqkv reach 1.3e5 at norms of 1e-4, past
+  // fp16's 65504 (the FP64 gradient itself: measured on seed 804, docs/cases.md#regimes).
+  add({{"layout", "packed[63,0,65]"}, {"regime", "tinyqk"}, {"dtype", "fp32"}});
+  for (const char* dt : {"fp32", "fp16"})
     add({{"layout", "packed[63,0,65]"}, {"regime", "corrk"}, {"dtype", dt}});
-  }
   for (const char* dt : {"fp32", "bf16", "fp16"})
     add({{"layout", "packed[15,64,65]"}, {"regime", "hugeqk"}, {"dtype", dt}});
   add({{"layout", "packed[5,64,3]"}, {"regime", "corrk"}, {"tail", "7"}, {"K", "64"}, {"V", "64"}});
