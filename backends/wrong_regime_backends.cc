@@ -5,7 +5,8 @@
 //                           (attention-gym#465: S^T k = 4098, v = 4096, the -2 became 0)
 //   wrong:l2norm-max-eps    q and k normalized as x / max(||x||, 1e-6) instead of
 //                           x * rsqrt(sum x^2 + 1e-6): the two part for q/k norms below ~1e-2
-//                           (unslothai/llama.cpp#156)
+//                           (unslothai/llama.cpp#156); on the layer too (right:recurrent's
+//                           layer with that norm: backends/right/panel.h)
 // Each is the plain fp32 recurrence of docs/semantics.md with that one change, one sequence and
 // value head at a time, in cache modes none, prefill and decode (chunked and dynamic cases come
 // as such calls from the harness). And one chunked form:
@@ -52,7 +53,10 @@ class WrongRegimeBackend : public Backend {
   std::string name() const override { return name_; }
   std::string description() const override { return description_; }
   bool deliberately_wrong() const override { return true; }
-  Support supports(const cases::Case& c) const override { return gdr_calls_support(name(), c); }
+  Support supports(const cases::Case& c) const override {
+    if (c.op() == "layer" && bug_ == Bug::kL2NormMaxEps) return Support::Yes();
+    return gdr_calls_support(name(), c);
+  }
   Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override;
 
  private:
@@ -62,6 +66,8 @@ class WrongRegimeBackend : public Backend {
 
 Status WrongRegimeBackend::run(const cases::Case& c, const cases::TensorMap& in,
                                cases::TensorMap& out) {
+  if (c.op() == "layer")  // the layer around the bug: the panel's, with its recurrence
+    return right::run_layer(right::Formulation::kRecurrentL2MaxEps, c, in, out);
   const ops::gdr::Params d = ops::gdr::decode(c);
   const int64_t K = d.K, V = d.V, H = d.H, HV = d.HV, group = HV / H, per = K * V;
   std::vector<int64_t> offs;

@@ -73,5 +73,26 @@ TEST(RegimeVerdictsGradLayer, UtSolveLowpIsWithinTheTensorCoreBaselineUnderTolV3
   EXPECT_GE(corrk, 5);
 }
 
+// wrong:l2norm-max-eps on the layer (the panel's layer with q/k normalized as x / max(|x|, 1e-6)):
+// the layer's tinyqk cases put the rule's q/k norms at 2e-4..9e-3, where the two forms part.
+TEST(RegimeVerdictsGradLayer, L2NormMaxEpsFailsTheLayersTinyNormCasesAndPassesItsOtherRegimes) {
+  auto backend = make_backend("wrong:l2norm-max-eps");
+  int tiny = 0, other = 0;
+  for (const Case& c : new_regime_cases()) {
+    if (c.op() != "layer" || !c.has("regime")) continue;
+    const CaseResult r = run_case(prepare(c), *backend);
+    if (c.get("regime") == "tinyqk") {
+      ++tiny;
+      EXPECT_EQ(r.verdict, Verdict::kFail) << c.id();
+      EXPECT_GT(r.margin, 10.0) << c.id();
+    } else {
+      ++other;
+      EXPECT_EQ(r.verdict, Verdict::kPass) << c.id() << ": " << r.message;
+    }
+  }
+  EXPECT_GE(tiny, 1);
+  EXPECT_GE(other, 2);
+}
+
 }  // namespace
 }  // namespace deltacheck::backends
