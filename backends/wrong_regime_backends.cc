@@ -5,15 +5,24 @@
 //                           (attention-gym#465: S^T k = 4098, v = 4096, the -2 became 0)
 //   wrong:l2norm-max-eps    q and k normalized as x / max(||x||, 1e-6) instead of
 //                           x * rsqrt(sum x^2 + 1e-6): the two part for q/k norms below ~1e-2
-//                           (unslothai/llama.cpp#156)
+//                           (unslothai/llama.cpp#156); on the layer too (right:recurrent's
+//                           layer with that norm: backends/right/panel.h)
 // Each is the plain fp32 recurrence of docs/semantics.md with that one change, one sequence and
 // value head at a time, in cache modes none, prefill and decode (chunked and dynamic cases come
-// as such calls from the harness).
+// as such calls from the harness). And one chunked form:
+//   wrong:ut-solve-lowp     right:chunked-lowp (tensor-core operands) with the UT matrix's forward
+//                           substitution carried in the activation dtype: each entry of
+//                           A = strictly_lower(diag(beta) K K^T (.) decay) and each running sum
+//                           of T = (I + A)^-1 rounded as it is computed, where FLA solves in fp32
+//                           and rounds T once; correlated keys (regime=corrk) make T a
+//                           cancellation (vllm PR #53864's bf16 inversion divergence). gdr and
+//                           layer, every cache mode right:* runs; fp32 cases unchanged.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "backends/backends.h"
+#include "backends/right/panel.h"
 #include "core/half.h"
 #include "ops/gdr/params.h"
 
@@ -44,7 +53,10 @@ class WrongRegimeBackend : public Backend {
   std::string name() const override { return name_; }
   std::string description() const override { return description_; }
   bool deliberately_wrong() const override { return true; }
-  Support supports(const cases::Case& c) const override { return gdr_calls_support(name(), c); }
+  Support supports(const cases::Case& c) const override {
+    if (c.op() == "layer" && bug_ == Bug::kL2NormMaxEps) return Support::Yes();
+    return gdr_calls_support(name(), c);
+  }
   Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override;
 
  private:
@@ -54,6 +66,8 @@ class WrongRegimeBackend : public Backend {
 
 Status WrongRegimeBackend::run(const cases::Case& c, const cases::TensorMap& in,
                                cases::TensorMap& out) {
+  if (c.op() == "layer")  // the layer around the bug: the panel's, with its recurrence
+    return right::run_layer(right::Formulation::kRecurrentL2MaxEps, c, in, out);
   const ops::gdr::Params d = ops::gdr::decode(c);
   const int64_t K = d.K, V = d.V, H = d.H, HV = d.HV, group = HV / H, per = K * V;
   std::vector<int64_t> offs;
@@ -104,6 +118,25 @@ Status WrongRegimeBackend::run(const cases::Case& c, const cases::TensorMap& in,
   return Status::Ok();
 }
 
+class UtSolveLowp : public Backend {
+ public:
+  std::string name() const override { return "wrong:ut-solve-lowp"; }
+  std::string description() const override {
+    return "deliberately wrong: tensor-core chunked form with the UT forward substitution in the "
+           "activation dtype (vllm PR #53864)";
+  }
+  bool deliberately_wrong() const override { return true; }
+  Support supports(const cases::Case& c) const override {
+    if (c.op() == "gdr" || c.op() == "layer") return Support::Yes();
+    return Support::No("wrong:ut-solve-lowp implements gdr and layer only");
+  }
+  Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
+    if (c.op() == "layer")
+      return right::run_layer(right::Formulation::kChunkedLowpSolve, c, in, out);
+    return right::run_gdr(right::Formulation::kChunkedLowpSolve, c, in, out);
+  }
+};
+
 }  // namespace
 
 std::vector<std::unique_ptr<Backend>> make_wrong_regime_backends() {
@@ -118,6 +151,7 @@ std::vector<std::unique_ptr<Backend>> make_wrong_regime_backends() {
       "deliberately wrong: q/k normalized as x / max(||x||, 1e-6) instead of "
       "x * rsqrt(sum x^2 + 1e-6) (unslothai/llama.cpp#156)",
       Bug::kL2NormMaxEps));
+  v.push_back(std::make_unique<UtSolveLowp>());
   return v;
 }
 

@@ -21,7 +21,8 @@ namespace deltacheck::backends::right {
 namespace {
 
 template <typename T>
-void chunked_pass(const HeadSequence<T>& s, int64_t length, T* S, T* o, cases::DType operands) {
+void chunked_pass(const HeadSequence<T>& s, int64_t length, T* S, T* o, cases::DType operands,
+                  bool lowp_solve) {
   const int64_t K = s.K, V = s.V, C = kChunk;
   auto r = [operands](T x) { return round_to(x, operands); };
   std::vector<T> q(C * K), k(C * K), kT(K * C), kb(C * K), A(C * C), UT(C * C), w(C * K), u(C * V),
@@ -53,6 +54,10 @@ void chunked_pass(const HeadSequence<T>& s, int64_t length, T* S, T* o, cases::D
       std::fill(t, t + i, T(0));
       for (int64_t m = 0; m < i; ++m) {
         const T a = A[i * C + m];
+        if (lowp_solve) {  // the planted bug: the substitution carried in the activation dtype
+          for (int64_t j = 0; j <= m; ++j) t[j] = r(t[j] - r(a) * UT[m * C + j]);
+          continue;
+        }
         for (int64_t j = 0; j <= m; ++j) t[j] -= a * UT[m * C + j];
       }
       t[i] = 1;
@@ -121,24 +126,26 @@ void chunked_pass(const HeadSequence<T>& s, int64_t length, T* S, T* o, cases::D
 }  // namespace
 
 template <typename T>
-void chunked_rule(const HeadSequence<T>& s, T* S, T* o, T* token_states, cases::DType operands) {
+void chunked_rule(const HeadSequence<T>& s, T* S, T* o, T* token_states, cases::DType operands,
+                  bool lowp_solve) {
   if (token_states) {
     // Each draft prefix is its own chunked call from the same initial state.
     const int64_t per = s.K * s.V;
     std::vector<T> prefix(static_cast<size_t>(per)), scratch(static_cast<size_t>(s.length * s.V));
     for (int64_t p = 1; p < s.length; ++p) {
       std::copy(S, S + per, prefix.begin());
-      chunked_pass(s, p, prefix.data(), scratch.data(), operands);
+      chunked_pass(s, p, prefix.data(), scratch.data(), operands, lowp_solve);
       std::copy(prefix.begin(), prefix.end(), token_states + (p - 1) * per);
     }
   }
-  chunked_pass(s, s.length, S, o, operands);
+  chunked_pass(s, s.length, S, o, operands, lowp_solve);
   if (token_states && s.length > 0)
     std::copy(S, S + s.K * s.V, token_states + (s.length - 1) * s.K * s.V);
 }
 
-template void chunked_rule<float>(const HeadSequence<float>&, float*, float*, float*, cases::DType);
+template void chunked_rule<float>(const HeadSequence<float>&, float*, float*, float*, cases::DType,
+                                  bool);
 template void chunked_rule<double>(const HeadSequence<double>&, double*, double*, double*,
-                                   cases::DType);
+                                   cases::DType, bool);
 
 }  // namespace deltacheck::backends::right

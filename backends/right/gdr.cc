@@ -38,7 +38,14 @@ void rule_sequence(Formulation f, cases::DType activations, const SequenceInputs
       std::copy_n(&in.v[(t * in.HV + h) * V], V, &v[t * V]);
       g[t] = in.g[t * in.HV + h];
       beta[t] = in.beta[t * in.HV + h];
-      if (in.l2) {
+      if (in.l2 && f == Formulation::kRecurrentL2MaxEps) {  // the planted bug
+        for (T* x : {&q[t * K], &k[t * K]}) {
+          T ss = 0;
+          for (int64_t i = 0; i < K; ++i) ss += x[i] * x[i];
+          const T inv = T(1) / std::max(std::sqrt(ss), T(1e-6));
+          for (int64_t i = 0; i < K; ++i) x[i] *= inv;
+        }
+      } else if (in.l2) {
         l2_normalize(&q[t * K], K);
         l2_normalize(&k[t * K], K);
       }
@@ -49,11 +56,12 @@ void rule_sequence(Formulation f, cases::DType activations, const SequenceInputs
     s.scale = T(1) / std::sqrt(static_cast<T>(K));
     T* S = state + h * per;
     T* ts_head = token_states ? ts.data() : nullptr;
-    if (f == Formulation::kRecurrent)
+    if (f == Formulation::kRecurrent || f == Formulation::kRecurrentL2MaxEps)
       recurrent_rule(s, S, out.data(), ts_head);
     else
       chunked_rule(s, S, out.data(), ts_head,
-                   f == Formulation::kChunkedLowp ? activations : cases::DType::kF32);
+                   f == Formulation::kChunked ? cases::DType::kF32 : activations,
+                   f == Formulation::kChunkedLowpSolve);
     for (int64_t t = 0; t < L; ++t) {
       std::copy_n(&out[t * V], V, &o[(t * in.HV + h) * V]);
       if (token_states) std::copy_n(&ts[t * per], per, &token_states[(t * in.HV + h) * per]);

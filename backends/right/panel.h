@@ -14,7 +14,17 @@
 
 namespace deltacheck::backends::right {
 
-enum class Formulation { kRecurrent, kChunked, kChunkedLowp };
+// Two planted bugs, no panel members (backends/wrong_regime_backends.cc): kChunkedLowpSolve is
+// kChunkedLowp with the UT matrix's forward substitution carried in the activation dtype (every
+// running sum rounded: wrong:ut-solve-lowp, regime=corrk); kRecurrentL2MaxEps is kRecurrent with
+// q and k normalized as x / max(||x||, 1e-6) (wrong:l2norm-max-eps on the layer, regime=tinyqk).
+enum class Formulation {
+  kRecurrent,
+  kChunked,
+  kChunkedLowp,
+  kChunkedLowpSolve,
+  kRecurrentL2MaxEps
+};
 
 // One sequence of every head, token-major as the case stores it, widened to T (float in the
 // backends, double in the self-test): q, k [length, H, K], v [length, HV, V], g, beta [length, HV].

@@ -39,9 +39,11 @@ constexpr int64_t kChunk = 64;
 // `operands`: kF32 (every matmul in T) or the activation dtype (kBF16 / kF16) whose rounding the
 // matmul operands get. Token states (speculative decode) are the final states of the prefixes,
 // each computed in the chunked form, as a chunked kernel run on each prefix would give them.
+// `lowp_solve` plants wrong:ut-solve-lowp's bug: the forward substitution's entries and running
+// sums rounded to `operands` as they are computed (panel.h, kChunkedLowpSolve).
 template <typename T>
 void chunked_rule(const HeadSequence<T>& s, T* state, T* o, T* token_states,
-                  cases::DType operands = cases::DType::kF32);
+                  cases::DType operands = cases::DType::kF32, bool lowp_solve = false);
 
 // x / sqrt(sum(x^2) + 1e-6) over n elements, in T.
 template <typename T>

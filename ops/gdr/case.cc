@@ -70,14 +70,13 @@ Status check_gdr(const Case& c) {
   return Status::Ok();
 }
 
-// Absent from the id when rand, so every case made before regimes keeps its id and its bits.
-ParamSpec regime_param() {
-  ParamSpec p = choice("regime", "rand", {"rand", "converged", "tinyqk", "hugeqk"},
-                       "inputs: random | converged memory (v_t - S^T k_t = 2^-6 |v_t|; needs "
-                       "gate=zero, state=rand) | q/k token norms log-uniform in [1e-4, 1e-2] | "
-                       "in [1e2, 1e4] (both need l2=1)");
-  p.absent_by_default = true;
-  return p;
+ParamSpec gdr_regime_param() {
+  return regime_param(
+      {Regime::kRand, Regime::kConverged, Regime::kTinyQK, Regime::kHugeQK, Regime::kCorrK},
+      "inputs: random | converged memory (v_t - S^T k_t = 2^-6 |v_t|; needs "
+      "gate=zero, state=rand) | q/k token norms log-uniform in [1e-4, 1e-2] | "
+      "in [1e2, 1e4] (both need l2=1) | keys of a sequence correlated (cosine "
+      "~0.97: an ill-conditioned UT matrix)");
 }
 
 OpSchema gdr_schema() {
@@ -97,7 +96,7 @@ OpSchema gdr_schema() {
           choice("beta", "rand", {"rand", "zero", "one", "wide"},
                  "beta: sigmoid(N(0,1)) | 0 | 1 | 2 sigmoid(N(0,1))"),
           choice("keys", "norm", {"norm", "pos"}, "keys N(0,1) or |N(0,1)| (ill-conditioned)"),
-          regime_param(),
+          gdr_regime_param(),
           integer("l2", "1", 0, 1, "in-kernel L2 norm of q, k (else pre-normalized)"),
           choice(
               "state", "rand", {"none", "rand", "mixed"},
@@ -136,13 +135,15 @@ Stream seq_stream(const Params& d, const GenOptions& o, const std::string& tenso
 
 // q or k: N(0,1) (or |N(0,1)| for ill-conditioned keys); pre-normalized when the kernel is not
 // asked to normalize, so the rule stays contractive; regime=tinyqk / hugeqk: each token scaled to
-// its drawn norm (a stream of its own, so the directions are those of regime=rand).
+// its drawn norm (a stream of its own, so the directions are those of regime=rand); regime=corrk:
+// each key sqrt(c) base + sqrt(1 - c) (rand's key), one base per sequence and q/k head.
 void fill_qk(const GenOptions& o, const Params& d, Tensor& t, bool positive) {
-  const bool l2 = d.l2;
+  const bool l2 = d.l2, correlated = d.regime == Regime::kCorrK && t.name() == "k";
   const auto cu = d.layout.cu_seqlens();
   std::vector<double> row(static_cast<size_t>(d.K));
   for (int64_t s = 0; s < d.N; ++s) {
-    const Stream st = seq_stream(d, o, t.name(), s), sn = seq_stream(d, o, t.name() + "/norm", s);
+    const Stream st = seq_stream(d, o, t.name(), s), sn = seq_stream(d, o, t.name() + "/norm", s),
+                 sc = seq_stream(d, o, t.name() + "/corr", s);
     const int64_t len = d.layout.lengths[s], base = flat_begin(d, s);
     for (int64_t tok = 0; tok < len; ++tok)
       for (int64_t h = 0; h < d.H; ++h) {
@@ -151,8 +152,9 @@ void fill_qk(const GenOptions& o, const Params& d, Tensor& t, bool positive) {
           double x = st.normal(static_cast<uint64_t>((tok * d.H + h) * d.K + i));
           if (positive) x = std::fabs(x);
           row[i] = x;
-          ss += x * x;
         }
+        if (correlated) correlate_key(sc, static_cast<uint64_t>(h * d.K), d.K, row.data());
+        for (int64_t i = 0; i < d.K; ++i) ss += row[i] * row[i];
         double inv = l2 ? 1.0 : 1.0 / std::sqrt(ss + 1e-12);
         if (const double norm = qk_token_norm(d.regime, sn, static_cast<uint64_t>(tok * d.H + h));
             norm > 0.0 && ss > 0.0)
@@ -297,6 +299,63 @@ void regime_suite(SuiteBuilder& b, Tier t, const SuiteParams& base) {
          {"dtype", "fp16"}});
     add({{"regime", "hugeqk"}, {"layout", "packed[3*8,300,2*8]"}, {"cache", "dynamic"}});
   }
+}
+
+// ---- Issue 36, regimes second part (seeds from 8000, so that every case above keeps its id):
+// correlated keys (regime=corrk: an ill-conditioned UT matrix, vllm PR #53864) and the head dims
+// 32 and 256 beside 64 and 128 (the cuda kernel declares K > 128 unsupported).
+void regime_suite_corrk_and_head_dims(SuiteBuilder& b, Tier t, const SuiteParams& base) {
+  const int tier = static_cast<int>(t);
+  if (tier < 1) return;
+  int seed = 8000;
+  auto add = [&](const SuiteParams& over) {
+    b.add("gdr", merge(merge(base, {{"seed", std::to_string(seed++)}}), over));
+  };
+  auto corrk = [&](const SuiteParams& over) { add(merge({{"regime", "corrk"}}, over)); };
+  const std::vector<std::string> dtypes{"fp32", "bf16", "fp16"};
+  // No or weak decay mostly: decays exp(G_i - G_j) shrink A, and with it the UT matrix's
+  // condition number (the suite's base gate is strong).
+  for (const auto& dt : dtypes)
+    corrk({{"layout", "packed[63,0,65]"}, {"dtype", dt}, {"gate", "weak"}});
+  corrk({{"layout", "packed[0,37,129]"}, {"dtype", "bf16"}, {"gate", "zero"}, {"HV", "8"}});
+  corrk({{"layout", "packed[63,0,65]"}, {"dtype", "bf16"}, {"beta", "wide"}, {"gate", "zero"}});
+  add({{"layout", "packed[63,0,65]"}, {"K", "32"}, {"V", "32"}, {"dtype", "bf16"}});
+  add({{"layout", "packed[15,0,65]"}, {"K", "256"}, {"V", "256"}, {"dtype", "bf16"}, {"HV", "2"}});
+  if (tier < 2) return;
+  for (const auto& dt : dtypes)
+    corrk({{"layout", "packed[700,0,1300]"},
+           {"K", "128"},
+           {"V", "128"},
+           {"gate", "weak"},
+           {"dtype", dt}});
+  corrk({{"layout", "packed[63,0,65]"}, {"dtype", "fp16"}, {"gate", "zero"}, {"beta", "wide"}});
+  corrk({{"layout", "packed[700]"},
+         {"K", "128"},
+         {"V", "128"},
+         {"HV", "2"},
+         {"dtype", "fp16"},
+         {"gate", "zero"},
+         {"beta", "wide"}});
+  corrk({{"layout", "packed[63,0,65]"}, {"dtype", "bf16"}});  // strong decay
+  corrk({{"layout", "packed[1,2,15,16,0,64,65]"}, {"dtype", "bf16"}, {"keys", "pos"}});
+  corrk({{"layout", "packed[127,0,129]"}, {"dtype", "bf16"}, {"cache", "chunked"}});
+  corrk({{"layout", "packed[3*8,300,2*8]"}, {"cache", "dynamic"}, {"dtype", "fp16"}});
+  corrk({{"layout", "packed[1*12]"}, {"cache", "pool"}, {"dtype", "bf16"}});
+  corrk({{"layout", "packed[63,0,65]"}, {"l2", "0"}, {"dtype", "bf16"}, {"gate", "zero"}});
+  corrk({{"layout", "packed[63,0,65]"}, {"K", "256"}, {"V", "256"}, {"dtype", "bf16"}});
+  for (const auto& kv : {"32", "256"})
+    for (const auto& dt : dtypes)
+      add({{"layout", "packed[700,0,300]"}, {"K", kv}, {"V", kv}, {"dtype", dt}, {"HV", "2"}});
+  add({{"layout", "packed[1*8]"}, {"cache", "decode"}, {"K", "256"}, {"V", "256"}});
+  add({{"layout", "packed[63,0,65]"}, {"cache", "chunked"}, {"K", "256"}, {"V", "128"}});
+  add({{"regime", "tinyqk"}, {"layout", "packed[63,0,65]"}, {"K", "256"}, {"V", "64"}});
+  add({{"regime", "hugeqk"}, {"layout", "packed[63,0,65]"}, {"K", "256"}, {"dtype", "fp16"}});
+  add({{"regime", "converged"},
+       {"gate", "zero"},
+       {"layout", "packed[63,0,65]"},
+       {"K", "32"},
+       {"V", "32"},
+       {"dtype", "bf16"}});
 }
 
 // Systematic tail sweeps (seeds from 5000): sequence lengths T = 64 + r and 128 + r for r in
@@ -492,6 +551,7 @@ void gdr_suite(SuiteBuilder& b, Tier t) {
     tree({{"layout", "batch[12x3]"}, {"l2", "0"}, {"gate", "weak"}});
   }
   regime_suite(b, t, base);
+  regime_suite_corrk_and_head_dims(b, t, base);
   tail_sweeps(b, t, base);
   if (tier < 1) return;
   // Appended later, with seeds of their own (from 1000), so that the cases above keep their ids.
@@ -541,7 +601,7 @@ Params decode(const Case& c) {
   d.gate = decode_choice<Gate>(c, "gate", kGateNames);
   d.beta = decode_choice<Beta>(c, "beta", kBetaNames);
   d.keys = decode_choice<Keys>(c, "keys", kKeysNames);
-  if (c.has("regime")) d.regime = decode_choice<Regime>(c, "regime", kRegimeNames);
+  d.regime = decode_regime(c);
   d.l2 = c.get_bool("l2");
   d.state = decode_choice<State>(c, "state", kStateNames);
   d.cache = decode_choice<Cache>(c, "cache", kCacheNames);

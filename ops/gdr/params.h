@@ -11,6 +11,7 @@
 #include "cases/op.h"
 #include "cases/tensor.h"
 #include "ops/operation.h"
+#include "ops/regimes.h"
 #include "reference/gated_delta_rule.h"
 
 namespace deltacheck::ops::gdr {
@@ -19,9 +20,6 @@ enum class Gate { kZero, kWeak, kStrong, kTail };
 enum class Beta { kRand, kZero, kOne, kWide };
 enum class Keys { kNorm, kPos };
 enum class State { kNone, kRand, kMixed };
-// Where the inputs sit (ops/gdr/regimes.h, docs/cases.md#regimes): random (rand), converged memory
-// (v_t close to the state's prediction S^T k_t), q/k tokens of tiny or huge norm.
-enum class Regime { kRand, kConverged, kTinyQK, kHugeQK };
 enum class Cache {
   kNone,
   kPrefill,
@@ -40,7 +38,6 @@ inline constexpr std::array<const char*, 4> kGateNames{"zero", "weak", "strong",
 inline constexpr std::array<const char*, 4> kBetaNames{"rand", "zero", "one", "wide"};
 inline constexpr std::array<const char*, 2> kKeysNames{"norm", "pos"};
 inline constexpr std::array<const char*, 3> kStateNames{"none", "rand", "mixed"};
-inline constexpr std::array<const char*, 4> kRegimeNames{"rand", "converged", "tinyqk", "hugeqk"};
 inline constexpr std::array<const char*, 10> kCacheNames{
     "none", "prefill", "decode", "chunked", "dynamic", "pool", "spec", "ckpt", "accept", "tree"};
 inline const char* name(Cache c) { return kCacheNames[static_cast<size_t>(c)]; }
@@ -53,7 +50,8 @@ struct Params {
   Gate gate = Gate::kWeak;
   Beta beta = Beta::kRand;
   Keys keys = Keys::kNorm;
-  Regime regime = Regime::kRand;  // absent from the id when rand (every case before it)
+  // Where the inputs sit (ops/regimes.h, ops/gdr/regimes.h); absent from the id when rand.
+  Regime regime = Regime::kRand;
   bool l2 = true;
   State state = State::kRand;
   Cache cache = Cache::kPrefill;

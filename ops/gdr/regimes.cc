@@ -1,4 +1,4 @@
-// The gdr regimes (regimes.h): the q/k norm ranges, the rules a regime puts on the other
+// The gdr regimes (regimes.h): the rules a regime puts on the other
 // parameters, and converged memory's FP64 recurrence (deterministic: our own exp, no FMA
 // contraction, a fixed summation order; no code shared with the kernels or the reference).
 #include "ops/gdr/regimes.h"
@@ -11,14 +11,6 @@
 #include "ops/schema.h"
 
 namespace deltacheck::ops::gdr {
-
-double qk_token_norm(Regime regime, const cases::Stream& st, uint64_t i) {
-  if (regime != Regime::kTinyQK && regime != Regime::kHugeQK) return 0.0;
-  const bool tiny = regime == Regime::kTinyQK;
-  const double lo = cases::det_log(tiny ? kTinyNormMin : kHugeNormMin);
-  const double hi = cases::det_log(tiny ? kTinyNormMax : kHugeNormMax);
-  return cases::det_exp(lo + (hi - lo) * st.uniform(i));
-}
 
 std::string check_regime(const Params& d) {
   if (d.regime == Regime::kConverged) {
@@ -33,7 +25,7 @@ std::string check_regime(const Params& d) {
              "from initial_state)";
   }
   if ((d.regime == Regime::kTinyQK || d.regime == Regime::kHugeQK) && !d.l2)
-    return std::string("regime=") + kRegimeNames[static_cast<size_t>(d.regime)] +
+    return std::string("regime=") + name(d.regime) +
            " needs l2=1 (q/k norms are the in-kernel L2 norm's input)";
   return "";
 }

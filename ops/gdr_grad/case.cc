@@ -1,6 +1,5 @@
 // The gdr_grad operation: schema (gdr's forward parameters, less the cache modes, plus dht, tail
 // and cp), inputs (the gdr generator's, a padding tail, do and dht) and suite entries.
-#include <algorithm>
 #include <string>
 
 #include "cases/det_math.h"
@@ -47,11 +46,6 @@ OpSchema grad_schema() {
       grad::schema_params(gdr::definition().schema,
                           {choice("dht", "none", {"none", "rand"},
                                   "gradient of the final state: none (zero) | rand (0.5 N(0,1))")});
-  // gdr's input regimes are judged on the forward only so far (issue 36): not a backward
-  // parameter yet.
-  params.erase(std::remove_if(params.begin(), params.end(),
-                              [](const ParamSpec& p) { return p.key == "regime"; }),
-               params.end());
   ParamSpec cp = text("cp", "0",
                       "context parallelism: the row cut at token S (cp=S: two ranks) or at "
                       "S1+S2+... (ascending: one rank more per cut) into one call per rank, state "
@@ -163,6 +157,48 @@ void add_context_parallel_ranks(SuiteBuilder& b, int tier, const SuiteParams& ba
        {"gate", "weak"}});
 }
 
+// ---- Issue 36: the input regimes (ops/regimes.h) on the backward, and the head dims 32 and 256
+// beside 64 and 128, with seeds of their own (800 on). The forward inputs are the gdr
+// generator's, so each regime's rules are gdr's (converged: gate=zero, state=rand).
+void add_regimes(SuiteBuilder& b, int tier, const SuiteParams& base) {
+  if (tier < 1) return;
+  int seed = 800;
+  auto add = [&](const SuiteParams& over) {
+    b.add("gdr_grad", merge(merge(base, {{"seed", std::to_string(seed++)}}), over));
+  };
+  add({{"layout", "packed[63,0,65]"},
+       {"regime", "converged"},
+       {"gate", "zero"},
+       {"dtype", "bf16"}});
+  add({{"layout", "packed[63,0,65]"}, {"regime", "tinyqk"}, {"dtype", "bf16"}});
+  add({{"layout", "packed[63,0,65]"}, {"regime", "hugeqk"}, {"dtype", "fp16"}});
+  add({{"layout", "packed[63,0,65]"}, {"regime", "corrk"}, {"dtype", "bf16"}});
+  add({{"layout", "packed[15,0,65]"}, {"K", "256"}, {"V", "256"}, {"HV", "2"}});
+  if (tier < 2) return;
+  const std::vector<std::string> dtypes{"fp32", "bf16", "fp16"};
+  for (const auto& dt : dtypes) {
+    add({{"layout", "packed[1,0,64,129]"},
+         {"regime", "converged"},
+         {"gate", "zero"},
+         {"dtype", dt}});
+    add({{"layout", "packed[1,0,64,129]"}, {"regime", "tinyqk"}, {"dtype", dt}});
+    add({{"layout", "packed[1,0,64,129]"}, {"regime", "corrk"}, {"dtype", dt}, {"gate", "weak"}});
+    add({{"layout", "packed[63,0,65]"}, {"regime", "hugeqk"}, {"dtype", dt}});
+  }
+  add({{"layout", "packed[63,0,65]"}, {"regime", "corrk"}, {"gate", "zero"}, {"beta", "wide"}});
+  add({{"layout", "packed[5,64,3]"}, {"regime", "tinyqk"}, {"tail", "9"}, {"dtype", "bf16"}});
+  add({{"layout", "packed[63,0,65]"}, {"regime", "corrk"}, {"cp", "100"}, {"gate", "zero"}});
+  add({{"layout", "packed[700,0,300]"},
+       {"regime", "corrk"},
+       {"K", "128"},
+       {"V", "128"},
+       {"dtype", "bf16"},
+       {"gate", "weak"}});
+  for (const auto& kv : {"128", "256"})
+    for (const auto& dt : dtypes)
+      add({{"layout", "packed[63,0,65]"}, {"K", kv}, {"V", kv}, {"dtype", dt}, {"HV", "2"}});
+}
+
 void grad_suite(SuiteBuilder& b, Tier t) {
   const int tier = static_cast<int>(t);
   const SuiteParams base{{"H", "2"},         {"HV", "4"},       {"K", "32"},    {"V", "32"},
@@ -196,6 +232,7 @@ void grad_suite(SuiteBuilder& b, Tier t) {
   }
   add_context_parallel(b, tier, base);
   add_context_parallel_ranks(b, tier, base);
+  add_regimes(b, tier, base);
   if (tier < 1) return;
   // Gate, beta and key regimes on the chunk-edge pack: strong decay is where dg by a
   // cancellation form goes wrong.

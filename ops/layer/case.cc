@@ -4,10 +4,12 @@
 #include <array>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "cases/det_math.h"
 #include "ops/decode.h"
 #include "ops/layer/params.h"
+#include "ops/regimes.h"
 #include "ops/schema.h"
 
 namespace deltacheck::ops::layer {
@@ -28,6 +30,15 @@ Status check_layer(const Case& c) {
   if (Status st = check_heads(c); !st.ok()) return st;
   if (c.layout().kind == Layout::Kind::kBatch)
     return invalid("layer cases are packed or single (the layer takes [T, D] rows)");
+  // Converged memory wants v_t = S^T k_t + a small residual and no decay. In the layer v_t is
+  // SiLU's output (never below -0.2785) while S^T k_t takes either sign, and
+  // g = -exp(A_log) softplus(a + dt_bias) is never 0: no input puts the layer's rule there. The
+  // rule the layer wraps is judged there by gdr's and gdr_grad's converged cases.
+  if (decode_regime(c) == Regime::kConverged)
+    return invalid(
+        "regime=converged does not apply to the layer: its v is SiLU's output (>= -0.2785) while "
+        "S^T k takes either sign, and its g = -exp(A_log) softplus(a + dt_bias) is never 0 "
+        "(gdr and gdr_grad take regime=converged)");
   return check_none_and_decode(c);
 }
 
@@ -56,6 +67,12 @@ OpSchema layer_schema() {
           choice("cache", "prefill", {"none", "prefill", "decode", "chunked", "dynamic"},
                  "as for gdr; conv states are carried with recurrent states"),
           integer("calls", "3", 1, 64, "chunked: pieces per sequence; dynamic: decode steps"),
+          regime_param(
+              {Regime::kRand, Regime::kConverged, Regime::kTinyQK, Regime::kHugeQK, Regime::kCorrK},
+              "the rule's inputs after the conv: random | (converged: refused, see "
+              "docs/cases.md#regimes) | q/k token norms near [1e-4, 1e-2] | near [1e2, "
+              "1e4] (the conv's q/k input channels, bias and conv state scaled) | keys "
+              "of a sequence correlated (the conv's k input channels)"),
           integer("seed", "0", 0, int64_t{1} << 62, "generator seed"),
       },
       check_layer,
@@ -76,10 +93,65 @@ void fill_tokens(const GenOptions& o, const Params& d, Tensor& t, int64_t per_to
   }
 }
 
+// The regimes (ops/regimes.h) act on the conv's q/k input channels, so that the rule's q and k,
+// the conv's SiLU outputs, land in them. `Placement` turns one row of q|k input channels (a
+// token's, or one column of the conv state: a past token's) into the regime's.
+//   tinyqk / hugeqk: each q and k head's row scaled to norm n * gain, n drawn log-uniform in the
+//   regime's range: the conv's output per channel is ~N(0, sum_w w^2 x^2) with sum_w w^2 ~ 1, so
+//   its norm over a head is ~n * gain (the rms of the window's n), and SiLU halves a tiny one
+//   (silu(y) ~ y / 2: gain 2) and keeps the positive half of a huge one (~relu: gain sqrt(2)).
+//   Their conv bias channels are scaled to min / sqrt(K) of the range (norm ~0.1 min), else a bias
+//   of 0.1 would set the norm's floor. The norms after the conv are measured, not assumed
+//   (tests/ops/test_grad_layer_regimes.cc).
+//   corrk: each k head's row sqrt(c) base + sqrt(1 - c) row (base: one per sequence and k head),
+//   the same construction as gdr's keys; the conv mixes a channel's inputs over W tokens with the
+//   same weights, so its outputs share the base's direction too.
+struct Placement {
+  const Params& d;
+  Stream norm, corr;
+  // Row `row` (2 H K values: q heads, then k heads) of the thing `index` counts (a token, or a
+  // conv state column).
+  void place(double* row, uint64_t index) const {
+    const int64_t K = d.K, H = d.H;
+    if (d.regime == Regime::kCorrK)
+      for (int64_t h = 0; h < H; ++h)
+        correlate_key(corr, static_cast<uint64_t>(h * K), K, row + (H + h) * K);
+    const double gain = d.regime == Regime::kTinyQK ? 2.0 : std::sqrt(2.0);
+    for (int64_t j = 0; j < 2 * H; ++j) {
+      const double n = qk_token_norm(d.regime, norm, index * static_cast<uint64_t>(2 * H) + j);
+      if (n == 0.0) continue;
+      double ss = 0.0;
+      for (int64_t i = 0; i < K; ++i) ss += row[j * K + i] * row[j * K + i];
+      if (ss > 0.0)
+        for (int64_t i = 0; i < K; ++i) row[j * K + i] *= n * gain / std::sqrt(ss);
+    }
+  }
+};
+
+Placement placement(const Params& d, const GenOptions& o, const std::string& of, int64_t s) {
+  return {d, seq_stream(d, o, of + "/norm", s), seq_stream(d, o, "qkv/corr", s)};
+}
+
+// qkv: N(0,1) per sequence (fill_tokens' values), the q/k channels placed in the regime.
+void fill_qkv(const GenOptions& o, const Params& d, Tensor& t) {
+  if (d.regime == Regime::kRand) return fill_tokens(o, d, t, d.D, 1.0);
+  const auto cu = d.layout.cu_seqlens();
+  std::vector<double> row(static_cast<size_t>(d.D));
+  for (int64_t s = 0; s < d.N; ++s) {
+    const Stream st = seq_stream(d, o, t.name(), s);
+    const Placement at = placement(d, o, "qkv", s);
+    for (int64_t tok = 0; tok < d.layout.lengths[s]; ++tok) {
+      for (int64_t i = 0; i < d.D; ++i) row[i] = st.normal(static_cast<uint64_t>(tok * d.D + i));
+      at.place(row.data(), static_cast<uint64_t>(tok));
+      for (int64_t i = 0; i < d.D; ++i) t.set((cu[s] + tok) * d.D + i, static_cast<float>(row[i]));
+    }
+  }
+}
+
 TensorMap generate_layer(const Case& c, const GenOptions& o) {
   const Params d = decode(c);
   TensorMap m;
-  fill_tokens(o, d, m.add(Tensor("qkv", d.dtype, {1, d.T, d.D})), d.D, 1.0);
+  fill_qkv(o, d, m.add(Tensor("qkv", d.dtype, {1, d.T, d.D})));
   fill_tokens(o, d, m.add(Tensor("z", d.dtype, {1, d.T, d.HV, d.V})), d.HV * d.V, 1.0);
   fill_tokens(o, d, m.add(Tensor("a", d.dtype, {1, d.T, d.HV})), d.HV, 1.0);
   fill_tokens(o, d, m.add(Tensor("b", d.dtype, {1, d.T, d.HV})), d.HV, 1.0);
@@ -90,7 +162,12 @@ TensorMap generate_layer(const Case& c, const GenOptions& o) {
     cw.set(i, static_cast<float>(w.normal(i) / std::sqrt(static_cast<double>(d.W))));
   if (d.bias) {
     Tensor& cb = m.add(Tensor("conv_bias", DType::kF32, {d.D}));
-    for (int64_t i = 0; i < d.D; ++i) cb.set(i, static_cast<float>(0.1 * w.normal(1000000 + i)));
+    const bool scaled = d.regime == Regime::kTinyQK || d.regime == Regime::kHugeQK;
+    const double qk_scale = (d.regime == Regime::kTinyQK ? kTinyNormMin : kHugeNormMin) /
+                            std::sqrt(static_cast<double>(d.K));
+    for (int64_t i = 0; i < d.D; ++i)
+      cb.set(i, static_cast<float>((scaled && i < 2 * d.H * d.K ? qk_scale : 1.0) * 0.1 *
+                                   w.normal(1000000 + i)));
   }
   Tensor& alog = m.add(Tensor("A_log", DType::kF32, {d.HV}));
   Tensor& dtb = m.add(Tensor("dt_bias", DType::kF32, {d.HV}));
@@ -115,11 +192,22 @@ TensorMap generate_layer(const Case& c, const GenOptions& o) {
       const Stream st = seq_stream(d, o, "initial_state", s), sc = seq_stream(d, o, "conv", s);
       for (int64_t i = 0; i < per; ++i)
         s0.set(s * per + i, fresh ? 0.0 : static_cast<float>(0.3 * st.normal(i)));
-      // Conv states are past inputs: representable in the activation dtype.
+      // Conv states are past inputs: representable in the activation dtype, and in the regime
+      // as the inputs are (column j of the state is the input W - 1 - j tokens back).
+      std::vector<double> x(static_cast<size_t>(per_conv));
+      for (int64_t i = 0; i < per_conv; ++i) x[i] = fresh ? 0.0 : sc.normal(i);
+      if (d.regime != Regime::kRand && !fresh) {
+        const Placement at = placement(d, o, "conv", s);
+        std::vector<double> row(static_cast<size_t>(2 * d.H * d.K));
+        for (int64_t j = 0; j < d.W - 1; ++j) {
+          for (size_t ch = 0; ch < row.size(); ++ch) row[ch] = x[ch * (d.W - 1) + j];
+          at.place(row.data(), static_cast<uint64_t>(j));
+          for (size_t ch = 0; ch < row.size(); ++ch) x[ch * (d.W - 1) + j] = row[ch];
+        }
+      }
       for (int64_t i = 0; i < per_conv; ++i) {
-        const float x = fresh ? 0.0f : static_cast<float>(sc.normal(i));
         Tensor tmp("x", d.dtype, {1});
-        tmp.set(0, x);
+        tmp.set(0, static_cast<float>(x[i]));
         c0.set(s * per_conv + i, tmp.get(0));
       }
     }
@@ -183,6 +271,56 @@ void layer_suite(SuiteBuilder& b, Tier t) {
   }
 }
 
+// ---- Issue 36: the input regimes the layer takes (tinyqk, hugeqk, corrk: the conv's input
+// channels placed so that the rule's q/k land there) and the head dims 64, 128 and 256 beside
+// the default 32, with seeds of their own (800 on), so that every case above keeps its id.
+void regime_suite(SuiteBuilder& b, Tier t) {
+  if (t == Tier::kSmoke) return;
+  int seed = 800;
+  auto add = [&](SuiteParams p) {
+    p.emplace_back("seed", std::to_string(seed++));
+    b.add("layer", p);
+  };
+  add({{"layout", "packed[63,0,65]"}, {"regime", "tinyqk"}, {"dtype", "bf16"}});
+  add({{"layout", "packed[63,0,65]"}, {"regime", "hugeqk"}, {"dtype", "fp16"}});
+  add({{"layout", "packed[63,0,65]"}, {"regime", "corrk"}, {"dtype", "bf16"}});
+  add({{"layout", "packed[15,0,65]"},
+       {"K", "256"},
+       {"V", "256"},
+       {"H", "1"},
+       {"HV", "2"},
+       {"dtype", "bf16"}});
+  if (t != Tier::kFull) return;
+  const std::vector<std::string> dtypes{"fp32", "bf16", "fp16"};
+  for (const auto& dt : dtypes) {
+    add({{"layout", "packed[1,2,3,40,0,129]"}, {"regime", "tinyqk"}, {"dtype", dt}});
+    add({{"layout", "packed[1,2,3,40,0,129]"}, {"regime", "hugeqk"}, {"dtype", dt}});
+    add({{"layout", "packed[1,2,3,40,0,129]"}, {"regime", "corrk"}, {"dtype", dt}});
+  }
+  add({{"layout", "packed[5,70,1]"}, {"regime", "tinyqk"}, {"cache", "chunked"}});
+  add({{"layout", "packed[9,30]"}, {"regime", "corrk"}, {"cache", "dynamic"}, {"dtype", "bf16"}});
+  add({{"layout", "packed[1*6]"}, {"regime", "tinyqk"}, {"cache", "decode"}, {"dtype", "bf16"}});
+  add({{"layout", "packed[16,64,65]"}, {"regime", "corrk"}, {"state", "mixed"}, {"bias", "0"}});
+  add({{"layout", "packed[700,300]"},
+       {"regime", "corrk"},
+       {"K", "128"},
+       {"V", "128"},
+       {"dtype", "bf16"}});
+  for (const auto& kv : {"64", "128", "256"})
+    for (const auto& dt : dtypes)
+      add({{"layout", "packed[63,0,65]"},
+           {"K", kv},
+           {"V", kv},
+           {"H", "1"},
+           {"HV", "2"},
+           {"dtype", dt}});
+}
+
+void suites(SuiteBuilder& b, Tier t) {
+  layer_suite(b, t);
+  regime_suite(b, t);
+}
+
 }  // namespace
 
 Params decode(const Case& c) {
@@ -202,12 +340,13 @@ Params decode(const Case& c) {
   d.state = decode_choice<State>(c, "state", kStateNames);
   d.cache = decode_choice<Cache>(c, "cache", kCacheNames);
   d.calls = c.get_int("calls");
+  d.regime = decode_regime(c);
   d.seed = c.seed();
   return d;
 }
 
 cases::OpDefinition definition() {
-  return {layer_schema(), generate_layer, layer_input_bytes, layer_suite};
+  return {layer_schema(), generate_layer, layer_input_bytes, suites};
 }
 
 }  // namespace deltacheck::ops::layer

@@ -10,6 +10,7 @@
 #include "cases/op.h"
 #include "cases/tensor.h"
 #include "ops/operation.h"
+#include "ops/regimes.h"
 #include "reference/linear_attention_layer.h"
 
 namespace deltacheck::ops::layer {
@@ -30,6 +31,9 @@ struct Params {
   cases::DType dtype = cases::DType::kF32;
   State state = State::kRand;
   Cache cache = Cache::kPrefill;
+  // Where the rule's inputs sit after the conv (ops/regimes.h; case.cc places the conv's inputs):
+  // rand (absent from the id), tinyqk, hugeqk, corrk. Not converged (case.cc says why).
+  Regime regime = Regime::kRand;
   int64_t calls = 0;
   uint64_t seed = 0;
   // Whether recurrent and conv states flow in and out (every cache mode but none).

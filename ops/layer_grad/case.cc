@@ -109,6 +109,34 @@ void grad_suite(SuiteBuilder& b, Tier t) {
   add({{"layout", "packed[3*5,100,0]"}, {"W", "2"}, {"dtype", "fp16"}});
 }
 
+// ---- Issue 36: the input regimes the layer takes (tinyqk, hugeqk, corrk: ops/layer/case.cc),
+// with seeds of their own (800 on), so that every case above keeps its id.
+void regime_suite(SuiteBuilder& b, Tier t) {
+  const int tier = static_cast<int>(t);
+  if (tier < 1) return;
+  const SuiteParams base{{"state", "rand"}, {"dht", "rand"}, {"dconv", "rand"}};
+  int seed = 800;
+  auto add = [&](const SuiteParams& over) {
+    b.add("layer_grad", merge(merge(base, {{"seed", std::to_string(seed++)}}), over));
+  };
+  add({{"layout", "packed[63,0,65]"}, {"regime", "tinyqk"}, {"dtype", "bf16"}});
+  add({{"layout", "packed[63,0,65]"}, {"regime", "corrk"}, {"dtype", "bf16"}});
+  if (tier < 2) return;
+  // tinyqk not in fp16: d(x / |x|)/dx ~ 1 / |x| makes dqkv reach 1.3e5 at norms of 1e-4, past
+  // fp16's 65504 (the FP64 gradient itself: measured on seed 804, docs/cases.md#regimes).
+  add({{"layout", "packed[63,0,65]"}, {"regime", "tinyqk"}, {"dtype", "fp32"}});
+  for (const char* dt : {"fp32", "fp16"})
+    add({{"layout", "packed[63,0,65]"}, {"regime", "corrk"}, {"dtype", dt}});
+  for (const char* dt : {"fp32", "bf16", "fp16"})
+    add({{"layout", "packed[15,64,65]"}, {"regime", "hugeqk"}, {"dtype", dt}});
+  add({{"layout", "packed[5,64,3]"}, {"regime", "corrk"}, {"tail", "7"}, {"K", "64"}, {"V", "64"}});
+}
+
+void suites(SuiteBuilder& b, Tier t) {
+  grad_suite(b, t);
+  regime_suite(b, t);
+}
+
 }  // namespace
 
 Case forward_case(const Case& c) { return checked(make_forward_case(c)); }
@@ -124,7 +152,7 @@ Params decode(const Case& c) {
 }
 
 cases::OpDefinition definition() {
-  return {grad_schema(), generate_grad, grad_input_bytes, grad_suite};
+  return {grad_schema(), generate_grad, grad_input_bytes, suites};
 }
 
 }  // namespace deltacheck::ops::layer_grad

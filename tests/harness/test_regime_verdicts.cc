@@ -12,6 +12,7 @@
 #include "cases/suites.h"
 #include "harness/backend.h"
 #include "harness/runner.h"
+#include "tests/harness/regime_verdicts.h"
 
 namespace deltacheck::backends {
 namespace {
@@ -20,34 +21,16 @@ using cases::Case;
 
 // The gate's regime cases (regime=...) and tail sweeps (seeds 5000..5999).
 std::vector<Case> regime_and_sweep_cases() {
-  std::vector<Case> out;
-  for (const Case& c : cases::suite("gate")) {
-    if (c.op() != "gdr") continue;
+  return gate_cases([](const Case& c) {
     const uint64_t seed = c.seed();
-    if (c.has("regime") || (seed >= 5000 && seed < 6000)) out.push_back(c);
-  }
-  return out;
-}
-
-const harness::TensorReport* tensor(const CaseResult& r, const std::string& name) {
-  for (const auto& t : r.tensors)
-    if (t.name == name) return &t;
-  return nullptr;
+    return c.op() == "gdr" && (c.has("regime") || (seed >= 5000 && seed < 6000));
+  });
 }
 
 TEST(RegimeVerdicts, CpuAndThePanelPassEveryRegimeAndSweepCaseWithProbes) {
   const std::vector<Case> cs = regime_and_sweep_cases();
   ASSERT_GE(cs.size(), 18u);
-  for (const char* name : {"cpu", "right:recurrent", "right:chunked", "right:chunked-lowp"}) {
-    auto backend = make_backend(name);
-    double worst = 0;
-    for (const Case& c : cs) {
-      const CaseResult r = run_case(prepare(c), *backend, /*probes=*/true);
-      EXPECT_EQ(r.verdict, Verdict::kPass) << name << " " << c.id() << ": " << r.message;
-      worst = std::max(worst, r.margin);
-    }
-    std::printf("  %-20s %zu cases, worst margin %.2f\n", name, cs.size(), worst);
-  }
+  for (int n : expect_panel_passes(cs)) EXPECT_EQ(n, static_cast<int>(cs.size()));
 }
 
 TEST(RegimeVerdicts, L2NormMaxEpsFailsEveryTinyNormCaseAndPassesTheOthers) {

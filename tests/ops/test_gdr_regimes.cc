@@ -75,8 +75,8 @@ TEST(GdrRegimes, TheOtherParametersARegimeNeedsAreEnforced) {
   EXPECT_NE(error("gdr(regime=sparse)").find("is not one of"), std::string::npos);
   EXPECT_EQ(error("gdr(regime=converged,gate=zero,cache=chunked)"), "");
   EXPECT_EQ(error("gdr(regime=hugeqk,cache=pool)"), "");
-  // The backward does not take regimes yet (issue 36: gdr forward first).
-  EXPECT_NE(error("gdr_grad(regime=tinyqk)").find("unknown parameter 'regime'"), std::string::npos);
+  // The backward takes gdr's regimes (tests/ops/test_grad_layer_regimes.cc).
+  EXPECT_EQ(error("gdr_grad(regime=tinyqk)"), "");
 }
 
 // |v_t - p_t| / |v_t| for every token and value head, p_t = (exp(g_t) S_{t-1})^T k_t with

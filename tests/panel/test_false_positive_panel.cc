@@ -118,6 +118,13 @@ TEST(FalsePositivePanel, EveryWrongBackendIsStillCaught) {
                               "test_regime_verdicts.cc and docs/tolerance.md";
       continue;
     }
+    // wrong:ut-solve-lowp's bf16 substitution stays within the same baseline, correlated keys
+    // or not (tests/harness/test_regime_verdicts_grad_layer.cc): pinned so too.
+    if (b->name() == "wrong:ut-solve-lowp") {
+      EXPECT_EQ(caught, 0) << "wrong:ut-solve-lowp is caught now: pin its verdicts in "
+                              "test_regime_verdicts_grad_layer.cc and docs/tolerance.md";
+      continue;
+    }
     EXPECT_GT(caught, 0) << b->name() << " passes every smoke case it runs";
   }
 }
