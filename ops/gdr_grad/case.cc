@@ -163,6 +163,28 @@ void add_context_parallel_ranks(SuiteBuilder& b, int tier, const SuiteParams& ba
        {"gate", "weak"}});
 }
 
+// ---- Long context (docs/cases.md#long-context) ----------------------------------------------
+// Backwards over 16K-32K tokens in full: the FP64 backward stores a state every few tokens and
+// replays the rest, so its time and memory grow with T K V; small heads keep it at seconds.
+// Seeds from 32000.
+void long_context_suite(SuiteBuilder& b, int tier, const SuiteParams& base) {
+  if (tier < 2) return;
+  int seed = 32000;
+  auto add = [&](const SuiteParams& over) {
+    b.add("gdr_grad", merge(merge(base, {{"seed", std::to_string(seed++)},
+                                         {"H", "1"},
+                                         {"HV", "2"},
+                                         {"K", "16"},
+                                         {"V", "16"},
+                                         {"gate", "weak"}}),
+                            over));
+  };
+  add({{"layout", "packed[3*10,16384,0,2*10]"}});
+  add({{"layout", "single[32768]"}, {"dtype", "bf16"}, {"K", "32"}, {"V", "32"}});
+  add({{"layout", "packed[20000,5]"}, {"dtype", "fp16"}, {"gate", "zero"}, {"tail", "9"}});
+}
+// ---- end of long context ------------------------------------------------------------------
+
 void grad_suite(SuiteBuilder& b, Tier t) {
   const int tier = static_cast<int>(t);
   const SuiteParams base{{"H", "2"},         {"HV", "4"},       {"K", "32"},    {"V", "32"},
@@ -225,6 +247,7 @@ void grad_suite(SuiteBuilder& b, Tier t) {
     for (int s = 100; s < 106; ++s)
       add({{"layout", "packed[1*30,64,127,129,0,257]"}, {"seed", std::to_string(s)}});
   }
+  long_context_suite(b, tier, base);
 }
 
 }  // namespace
