@@ -40,7 +40,7 @@ class ResumeZeroBeyond : public Backend {
     if (!s0 || !long_call)
       return layer ? run_cpu_layer_case(c, in, out) : run_cpu_gdr_case(c, in, out);
     // The long-prompt path: the recurrent state of every long sequence starts from zeros (the
-    // layer's conv state is still read, as the bug report's kernel did).
+    // layer's conv state is still read: only the recurrence takes the other path).
     cases::TensorMap zeroed = in;
     cases::Tensor& t = zeroed.at("initial_state");
     const size_t per = t.nbytes() / static_cast<size_t>(lengths.size());
