@@ -347,12 +347,12 @@ void tail_sweeps(SuiteBuilder& b, Tier t, const SuiteParams& base) {
 }
 
 // ---- Long context (docs/cases.md#long-context) ----------------------------------------------
-// Sequences of 32K-128K tokens in full, one of 20K in gate (sparkinfer#1071: a resumed prefill
-// started from a zero state, and "the accuracy gates stop at 32K"). Small heads (H = 1, HV = 2,
-// K = V = 16) keep the FP64 oracle at about a second a case; two cases at Qwen's K = V = 128.
-// Weak and zero gates, so that a state carries past a few tokens; a long sequence beside short
-// ones and a zero-length one; prefill with a random initial state, chunked prefill (the pieces
-// of a long sequence resume from the carried state), dynamic, ckpt. Seeds from 32000.
+// Sequences of 32K-128K tokens in full, one of 20K and one of 8K in gate (sparkinfer#1071: a
+// resumed prefill started from a zero state, and "the accuracy gates stop at 32K"). Small heads
+// (H = 1, HV = 2, K = V = 16) keep a case's FP64 oracle under a second; two cases at Qwen's
+// K = V = 128. Weak and zero gates, so that a state carries past a few tokens; a long sequence
+// beside short ones and a zero-length one; prefill with a random initial state, chunked prefill
+// (the pieces of a long sequence resume from the carried state), dynamic, ckpt. Seeds from 32000.
 void long_context_suite(SuiteBuilder& b, Tier t, const SuiteParams& base) {
   const int tier = static_cast<int>(t);
   if (tier < 1) return;
