@@ -200,6 +200,7 @@ std::vector<std::unique_ptr<Backend>> make_wrong_backends() {
   for (auto& b : make_wrong_cache_backends()) v.push_back(std::move(b));   // state between calls
   for (auto& b : make_wrong_serve_backends()) v.push_back(std::move(b));   // serving runtimes
   for (auto& b : make_wrong_regime_backends()) v.push_back(std::move(b));  // input regimes
+  for (auto& b : make_wrong_long_backends()) v.push_back(std::move(b));    // long sequences
   for (auto& b : make_wrong_grad_backends()) v.push_back(std::move(b));    // backwards
   for (auto& b : make_wrong_layer_grad_backends()) v.push_back(std::move(b));
   return v;

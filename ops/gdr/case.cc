@@ -405,6 +405,49 @@ void tail_sweeps(SuiteBuilder& b, Tier t, const SuiteParams& base) {
   }
 }
 
+// ---- Long context (docs/cases.md#long-context) ----------------------------------------------
+// Sequences of 32K-128K tokens in full, one of 20K and one of 8K in gate (sparkinfer#1071: a
+// resumed prefill started from a zero state, and "the accuracy gates stop at 32K"). Small heads
+// (H = 1, HV = 2, K = V = 16) keep a case's FP64 oracle under a second; two cases at Qwen's
+// K = V = 128. Weak and zero gates, so that a state carries past a few tokens; a long sequence
+// beside short ones and a zero-length one; prefill with a random initial state, chunked prefill
+// (the pieces of a long sequence resume from the carried state), dynamic, ckpt. Seeds from 32000.
+void long_context_suite(SuiteBuilder& b, Tier t, const SuiteParams& base) {
+  const int tier = static_cast<int>(t);
+  if (tier < 1) return;
+  int seed = 32000;
+  const SuiteParams small{{"H", "1"}, {"HV", "2"}, {"K", "16"}, {"V", "16"}, {"gate", "weak"}};
+  auto add = [&](const SuiteParams& over) {
+    b.add("gdr", merge(merge(merge(base, small), {{"seed", std::to_string(seed++)}}), over));
+  };
+  add({{"layout", "packed[3*20,20000,0,2*20]"}, {"dtype", "bf16"}});
+  add({{"layout", "single[8192]"}, {"cache", "chunked"}, {"calls", "4"}});
+  if (tier < 2) return;
+  const SuiteParams qwen{{"K", "128"}, {"V", "128"}};
+  add({{"layout", "single[32768]"}});
+  add({{"layout", "single[131072]"}});
+  add({{"layout", "packed[3*20,40000,0,5*20]"}, {"dtype", "bf16"}});
+  add({{"layout", "packed[1*16,65536,0,7]"}, {"dtype", "fp16"}, {"gate", "zero"}});
+  add({{"layout", "packed[17,50000,33]"}, {"cache", "chunked"}});
+  add({{"layout", "single[131072]"},
+       {"cache", "chunked"},
+       {"calls", "5"},
+       {"dtype", "bf16"},
+       {"gate", "zero"}});
+  add({{"layout", "packed[65536,1*3]"}, {"cache", "dynamic"}, {"calls", "4"}});
+  add(merge(qwen, {{"layout", "packed[32768,0,100]"}, {"dtype", "bf16"}}));
+  add(merge(qwen, {{"layout", "single[40000]"}, {"HV", "1"}, {"cache", "chunked"}}));
+  add({{"layout", "packed[3*20,32769,2*20]"}, {"gate", "tail"}, {"dtype", "bf16"}});
+  add({{"layout", "single[131072]"}, {"gate", "strong"}, {"dtype", "fp16"}});
+  add({{"layout", "packed[40000,0,5]"}, {"cache", "ckpt"}, {"calls", "2048"}});
+  add({{"layout", "packed[100,0,70000]"},
+       {"state", "mixed"},
+       {"cache", "chunked"},
+       {"calls", "7"},
+       {"dtype", "fp16"}});
+}
+// ---- end of long context ------------------------------------------------------------------
+
 void gdr_suite(SuiteBuilder& b, Tier t) {
   const int tier = static_cast<int>(t);
   // tier 0 = smoke, 1 = gate, 2 = full
@@ -582,6 +625,7 @@ void gdr_suite(SuiteBuilder& b, Tier t) {
     append({{"layout", "batch[6x3]"}, {"cache", "spec"}, {"K", k}, {"V", v}});
     append({{"layout", "packed[3*8,300,2*8]"}, {"cache", "dynamic"}, {"K", k}, {"V", v}});
   }
+  long_context_suite(b, t, base);
 }
 
 }  // namespace

@@ -198,6 +198,27 @@ void add_regimes(SuiteBuilder& b, int tier, const SuiteParams& base) {
     for (const auto& dt : dtypes)
       add({{"layout", "packed[63,0,65]"}, {"K", kv}, {"V", kv}, {"dtype", dt}, {"HV", "2"}});
 }
+// ---- Long context (docs/cases.md#long-context) ----------------------------------------------
+// Backwards over 16K-32K tokens in full: the FP64 backward stores a state every few tokens and
+// replays the rest, so its time and memory grow with T K V; small heads keep it at seconds.
+// Seeds from 32000.
+void long_context_suite(SuiteBuilder& b, int tier, const SuiteParams& base) {
+  if (tier < 2) return;
+  int seed = 32000;
+  auto add = [&](const SuiteParams& over) {
+    b.add("gdr_grad", merge(merge(base, {{"seed", std::to_string(seed++)},
+                                         {"H", "1"},
+                                         {"HV", "2"},
+                                         {"K", "16"},
+                                         {"V", "16"},
+                                         {"gate", "weak"}}),
+                            over));
+  };
+  add({{"layout", "packed[3*10,16384,0,2*10]"}});
+  add({{"layout", "single[32768]"}, {"dtype", "bf16"}, {"K", "32"}, {"V", "32"}});
+  add({{"layout", "packed[20000,5]"}, {"dtype", "fp16"}, {"gate", "zero"}, {"tail", "9"}});
+}
+// ---- end of long context ------------------------------------------------------------------
 
 void grad_suite(SuiteBuilder& b, Tier t) {
   const int tier = static_cast<int>(t);
@@ -262,6 +283,7 @@ void grad_suite(SuiteBuilder& b, Tier t) {
     for (int s = 100; s < 106; ++s)
       add({{"layout", "packed[1*30,64,127,129,0,257]"}, {"seed", std::to_string(s)}});
   }
+  long_context_suite(b, tier, base);
 }
 
 }  // namespace

@@ -221,6 +221,23 @@ int64_t layer_input_bytes(const Case& c) {
          2 * d.N * (d.HV * d.K * d.V + d.D * (d.W - 1)) * 4;
 }
 
+// ---- Long context (docs/cases.md#long-context) ----------------------------------------------
+// The whole layer over 32K-64K tokens in full: the conv state and the recurrent state carried
+// through a chunked prefill of a long sequence beside short ones (sparkinfer#1071). Seeds from
+// 32000.
+void long_context_suite(SuiteBuilder& b, Tier t) {
+  if (t != Tier::kFull) return;
+  int seed = 32000;
+  auto add = [&](SuiteParams p) {
+    for (auto kv : SuiteParams{{"H", "1"}, {"HV", "2"}, {"K", "16"}, {"V", "16"}}) p.push_back(kv);
+    p.emplace_back("seed", std::to_string(seed++));
+    b.add("layer", p);
+  };
+  add({{"layout", "packed[100,32768]"}, {"cache", "chunked"}});
+  add({{"layout", "packed[5,0,65536]"}, {"dtype", "bf16"}});
+}
+// ---- end of long context ------------------------------------------------------------------
+
 void layer_suite(SuiteBuilder& b, Tier t) {
   int seed = 500;
   auto add = [&](SuiteParams p) {
@@ -269,6 +286,7 @@ void layer_suite(SuiteBuilder& b, Tier t) {
     add({{"layout", "packed[700,1300]"}, {"K", "128"}, {"V", "128"}, {"H", "4"}, {"HV", "8"}});
     add({{"layout", "packed[1*200]"}, {"dtype", "bf16"}, {"cache", "dynamic"}, {"calls", "5"}});
   }
+  long_context_suite(b, t);
 }
 
 // ---- Issue 36: the input regimes the layer takes (tinyqk, hugeqk, corrk: the conv's input

@@ -125,6 +125,13 @@ TEST(FalsePositivePanel, EveryWrongBackendIsStillCaught) {
                               "test_regime_verdicts_grad_layer.cc and docs/tolerance.md";
       continue;
     }
+    // wrong:resume-zero-beyond-16k is the cpu kernel up to 16384 tokens a call: smoke has no
+    // such sequence; the gate's gdr(layout=packed[3*20,20000,0,2*20],...,seed=32000) and 14
+    // cases of full fail it (tests/harness/test_long_context.cc, docs/cases.md#long-context).
+    if (b->name() == "wrong:resume-zero-beyond-16k") {
+      EXPECT_EQ(caught, 0) << b->name() << " is caught on smoke now: it should not be, up to 16K";
+      continue;
+    }
     EXPECT_GT(caught, 0) << b->name() << " passes every smoke case it runs";
   }
 }
