@@ -4,6 +4,10 @@
 //                                     linear_attention: pre-building per-layer masks fails with
 //                                     an error naming it (the original KeyError under a static
 //                                     cache) -> error
+//   wrong:mask-old-layer-names        knows linear_attention but not the per-backbone names of
+//                                     Transformers PR #46738 (linear_attention_mamba, _mamba2,
+//                                     _gated_delta_net), as Transformers 5.24.0 does: a hybrid
+//                                     config using them gets no masks -> error naming the type
 //   wrong:mask-ignore-packing         position_ids never looked at: packed sequences attend
 //                                     across their boundaries, and segment derivation sees one
 //                                     sequence per row -> fail
@@ -31,6 +35,17 @@ struct NoLinearRuleApi : CpuMaskApi {
     // The table as the buggy code had it: attention types only.
     for (const std::string& t : types)
       if (t != "full_attention" && t != "sliding_attention" && t != "chunked_attention")
+        return Status::InvalidArgument("no mask function for layer type '" + t + "' (KeyError: '" +
+                                       t + "')");
+    return cpu::layer_masks(types, p, out);
+  }
+};
+
+struct OldLayerNamesApi : CpuMaskApi {
+  static Status layer_masks(const std::vector<std::string>& types, const Params& p,
+                            LayerMasks* out) {
+    for (const std::string& t : types)
+      if (t.rfind("linear_attention_", 0) == 0)
         return Status::InvalidArgument("no mask function for layer type '" + t + "' (KeyError: '" +
                                        t + "')");
     return cpu::layer_masks(types, p, out);
@@ -165,6 +180,9 @@ std::vector<std::unique_ptr<Backend>> make_wrong_mask_backends() {
   v.push_back(std::make_unique<WrongMaskBackend<NoLinearRuleApi>>(
       "wrong:mask-no-linear-rule",
       "deliberately wrong: no mask rule for linear_attention layers (the static-cache KeyError)"));
+  v.push_back(std::make_unique<WrongMaskBackend<OldLayerNamesApi>>(
+      "wrong:mask-old-layer-names",
+      "deliberately wrong: no mask rule for the renamed linear_attention_* layer types"));
   v.push_back(std::make_unique<WrongMaskBackend<IgnorePackingApi>>(
       "wrong:mask-ignore-packing",
       "deliberately wrong: ignores position_ids, packed sequences see each other"));

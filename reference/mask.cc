@@ -321,6 +321,12 @@ const char* layer_mask_kind_name(LayerMaskKind kind) {
   return "?";
 }
 
+bool is_linear_attention_type(const std::string& layer_type) {
+  return layer_type == "linear_attention" || layer_type == "linear_attention_mamba" ||
+         layer_type == "linear_attention_mamba2" ||
+         layer_type == "linear_attention_gated_delta_net";
+}
+
 LayerMasks layer_masks(const std::vector<std::string>& layer_types, const MaskSpec& spec) {
   validate(spec);
   LayerMasks out;
@@ -328,7 +334,7 @@ LayerMasks layer_masks(const std::vector<std::string>& layer_types, const MaskSp
     const std::string& type = layer_types[layer];
     const std::string where = " at layer " + std::to_string(layer);
     if (type != "full_attention" && type != "sliding_attention" && type != "chunked_attention" &&
-        type != "linear_attention") {
+        !is_linear_attention_type(type)) {
       throw std::invalid_argument("unknown layer type '" + type + "'" + where);
     }
     if (type == "sliding_attention" && spec.sliding_window <= 0) {
@@ -348,7 +354,7 @@ LayerMasks layer_masks(const std::vector<std::string>& layer_types, const MaskSp
 
     LayerMask m;
     m.layer_type = type;
-    if (type == "linear_attention") {
+    if (is_linear_attention_type(type)) {
       m.needed = false;
       std::vector<uint8_t> valid = token_validity(spec);
       bool all_valid = true;

@@ -134,13 +134,18 @@ struct LayerMasks {
   std::vector<int64_t> layer_to_mask;  // per layer: index into masks
 };
 
+// linear_attention, and the per-backbone names Transformers PR #46738 gave it
+// (linear_attention_mamba, linear_attention_mamba2, linear_attention_gated_delta_net): layer types
+// with the linear_attention rule below.
+bool is_linear_attention_type(const std::string& layer_type);
+
 // Maps each entry of layer_types to its mask:
 //   full_attention     causal (+ padding, segments)
 //   sliding_attention  causal + window spec.sliding_window (must be > 0)
 //   chunked_attention  causal + chunks of spec.chunk_size (must be > 0)
 //   linear_attention   token_validity(), or kNone when every new token is valid or when decoding
-//   one
-//                      token (q_len == 1 and every q_offset > 0)
+//   (and its renamed    one token (q_len == 1 and every q_offset > 0)
+//   forms, above)
 // (Transformers' _update_linear_attn_mask drops the mask whenever the cache already holds state,
 // whatever q_len; docs/semantics.md narrows "none" to a one-token decode, so a chunked-prefill call
 // with padding among its new tokens keeps its validity mask.) spec.sliding_window and

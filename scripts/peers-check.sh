@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The peer suite: implementations nobody here wrote (Transformers' Qwen3-Next gated delta rule and
-# masking utilities, flash-linear-attention's reference functions and kernels, vLLM's copies of
-# those kernels called as its GDN layers call them) checked through
+# The peer suite: implementations nobody here wrote (Transformers' Qwen3-Next gated delta rule,
+# GatedDeltaNet modules and masking utilities, flash-linear-attention's reference functions and
+# kernels, vLLM's copies of those kernels called as its GDN layers call them) checked through
 # `deltacheck run --backend external`, against the findings pinned in
-# adapters/python/expected-findings.json. CI runs it after the core tests.
+# adapters/python/expected-findings.json; and adapters/python/transformers_model.py (a tiny model
+# under DataCollatorWithFlattening, generate() with a static cache), which judges its own checks.
+# CI runs it after the core tests.
 #   scripts/peers-check.sh                 (BUILD_DIR=build; reports in reports/peers/<peer>/)
 #   scripts/peers-check.sh --peer transformers-chunk      (any peers_check.py run option)
 #   scripts/peers-check.sh --long          (also the long families: FLA's and vLLM's Triton

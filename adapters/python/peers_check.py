@@ -17,6 +17,10 @@
                                              caught (run by ctest)
 
 A family's verdict is the verdict of all its cases when they agree, else "mixed(a,b)".
+A peer may set "jobs" (at most that many adapter processes: one import of torch for all its
+cases) and "kind": "script" (a program that judges its own checks, run once with --out FILE:
+{"checks": [{case_id, verdict, message}]}; its case ids are its own, not deltacheck cases, e.g.
+transformers_model.py's model(...) and generate(...) checks).
 """
 import argparse
 import json
@@ -130,18 +134,50 @@ def canonical(deltacheck, ids):
     return out.stdout.split()
 
 
+def run_script(python, script, extra, name, out, problems):
+    """A peer of kind "script": a program that judges its own checks (deltacheck's verdicts, its
+    own check ids) and writes them with --out FILE as {"checks": [{case_id, verdict, message}],
+    "implementation", "versions"}. Returns (verdicts or the reason it did not run, facts)."""
+    path = os.path.join(out, f"{name}.json")
+    done = subprocess.run([python, script] + extra + ["--out", path], capture_output=True,
+                          text=True)
+    with open(os.path.join(out, f"{name}.log"), "w") as f:
+        f.write(done.stdout + done.stderr)
+    try:
+        with open(path) as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        problems.append(f"{name}: exited {done.returncode} without its verdicts: "
+                        f"{done.stderr.strip()[-300:]}")
+        return "script failed", {}
+    facts = {k: result[k] for k in ("implementation", "versions") if k in result}
+    print(f"peers: {name}: {len(result['checks'])} checks: {facts.get('implementation', '?')}",
+          flush=True)
+    for c in result["checks"]:
+        if c["verdict"] != "pass":
+            print(f"    {c['verdict']:<12}{c['case_id']}\n    {'':<12}{c.get('message', '')}",
+                  flush=True)
+    return {c["case_id"]: c["verdict"] for c in result["checks"]}, facts
+
+
 def run(args):
     doc = load(args.expected)
     # Every pinned id must still be canonical, and 'show' must expand to the family's first case:
-    # otherwise the case model changed under the file and the pins need a look.
-    for peer in doc["peers"]:
-        for fam in peer["families"]:
-            if canonical(args.deltacheck, fam["cases"]) != fam["cases"]:
-                raise SystemExit(f"peers: {peer['name']} / {fam['family']}: case ids are not "
-                                 "canonical any more; update expected-findings.json")
-            if canonical(args.deltacheck, [fam["show"]]) != fam["cases"][:1]:
-                raise SystemExit(f"peers: {peer['name']} / {fam['family']}: show "
-                                 f"{fam['show']} is not the first case")
+    # otherwise the case model changed under the file and the pins need a look. One `deltacheck
+    # list cases` for all of them (it prints one canonical id per --case, in order; a call per
+    # family cost about a minute of CPU).
+    families = [(peer["name"], fam) for peer in doc["peers"] if peer.get("kind") != "script"
+                for fam in peer["families"]]  # a script's check ids are its own
+    asked = [i for _, fam in families for i in fam["cases"] + [fam["show"]]]
+    answers = iter(canonical(args.deltacheck, asked))
+    for name, fam in families:
+        ids = [next(answers) for _ in fam["cases"]]
+        if ids != fam["cases"]:
+            raise SystemExit(f"peers: {name} / {fam['family']}: case ids are not "
+                             "canonical any more; update expected-findings.json")
+        if next(answers) != fam["cases"][0]:
+            raise SystemExit(f"peers: {name} / {fam['family']}: show "
+                             f"{fam['show']} is not the first case")
     if args.python:  # an environment of one's own (a GPU machine): no setup record to read
         status = {g: ("ok", args.python) for g in {"base"} | {p["group"] for p in doc["peers"]}}
         python = args.python
@@ -166,6 +202,10 @@ def run(args):
             continue
         adapter = shlex.split(peer["adapter"])
         script = os.path.join(HERE, adapter[0])
+        if peer.get("kind") == "script":
+            verdicts[name], facts[name] = run_script(python, script, adapter[1:], name, args.out,
+                                                     problems)
+            continue
         described = subprocess.run([python, script] + adapter[1:] + ["--describe"],
                                    capture_output=True, text=True)
         try:
@@ -187,8 +227,9 @@ def run(args):
             verdicts[name] = {}
             continue
         report = os.path.join(args.out, name)
+        jobs = min(args.jobs, peer.get("jobs", args.jobs))  # one worker: one import of torch
         cmd = [args.deltacheck, "run", "--backend", "external", "--no-probes", "--quiet",
-               "--progress", "lines", "--jobs", str(args.jobs), "--timeout", str(args.timeout),
+               "--progress", "lines", "--jobs", str(jobs), "--timeout", str(args.timeout),
                "--report-dir", report, "--max-dumps", "5",
                # one adapter process per --jobs thread for all calls (docs/external.md)
                "--serve", " ".join(shlex.quote(a) for a in [python, script] + adapter[1:] + where)]
@@ -285,7 +326,22 @@ def self_test():
         with open(page, "w") as f:
             f.write("# no table\n")
         assert check_doc(page, doc) is not None
-    print("peers_check self-test: 5 passed, 0 failed")
+    with tempfile.TemporaryDirectory() as d:  # a script peer's verdicts, and one that wrote none
+        script = os.path.join(d, "judge.py")
+        with open(script, "w") as f:
+            f.write("import json, sys\nout = sys.argv[sys.argv.index('--out') + 1]\n"
+                    "json.dump({'checks': [{'case_id': 'model(x)', 'verdict': sys.argv[1]}]}, "
+                    "open(out, 'w'))\n")
+        problems = []
+        got, _ = run_script(sys.executable, script, ["leak"], "judge", d, problems)
+        assert got == {"model(x)": "leak"} and not problems, (got, problems)
+        script_peer = {"name": "judge", "families": [{"family": "f", "expect": "pass",
+                                                      "cases": ["model(x)"]}]}
+        assert compare({"peers": [script_peer]}, {"judge": got}, {})[0][4] == "CHANGED"
+        got, _ = run_script(sys.executable, os.path.join(d, "missing.py"), [], "gone", d,
+                            problems)
+        assert isinstance(got, str) and problems, (got, problems)
+    print("peers_check self-test: 6 passed, 0 failed")
     return 0
 
 

@@ -11,8 +11,9 @@ What runs, called as a model's forward and generate() call them:
           (causal=0: it hands over to create_bidirectional_mask). Config: a PreTrainedConfig
           with sliding_window / attention_chunk_size set, one full-attention layer.
   layers  create_masks_for_generate with a hybrid config: layer_types from the case's pattern
-          (linear_attention, full_attention, sliding_attention, chunked_attention), one dict
-          entry per layer type.
+          (linear_attention, full_attention, sliding_attention, chunked_attention, and the
+          renamed linear_attention_{mamba,mamba2,gated_delta_net} of Transformers PR #46738),
+          one dict entry per layer type.
 Inputs, as generate() passes them:
   - inputs_embeds [B, q, 1] (only its shape, dtype and device are read);
   - attention_mask: the case's 2-D padding mask over the tokens written so far, [B, offset + q]
@@ -52,8 +53,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dc_protocol as dc  # noqa: E402
 
 SHORT = {"linear": "linear_attention", "full": "full_attention",
-         "sliding": "sliding_attention", "chunked": "chunked_attention"}
+         "sliding": "sliding_attention", "chunked": "chunked_attention",
+         # the per-backbone names of Transformers PR #46738 (same rule as linear_attention)
+         "mamba": "linear_attention_mamba", "mamba2": "linear_attention_mamba2",
+         "gdn": "linear_attention_gated_delta_net"}
 NAMED = {"qwen35": ["linear"] * 3 + ["full"] + ["linear"] * 3 + ["full"],
+         "qwen35-gdn": ["gdn"] * 3 + ["full"] + ["gdn"] * 3 + ["full"],
          "hybrid3": ["linear", "sliding", "full"] * 2,
          "all-linear": ["linear"] * 4, "all-full": ["full"] * 4}
 ATTENTION = ("full_attention", "sliding_attention", "chunked_attention")
@@ -244,7 +249,7 @@ def run_layers(case):
             dc.fail(f"create_masks_for_generate returned no mask for layer type '{t}' "
                     f"(got {sorted(masks)})")
         m = masks[t]
-        if t == "linear_attention":
+        if t.startswith("linear_attention"):
             kinds.append(2 if m is None else 1)
             needed.append(0)
             out[t] = np.ones((B, q), np.uint8) if m is None else m.numpy().astype(np.uint8)

@@ -43,9 +43,15 @@ inline Status validate_mask_params(const MaskParams& p) {
   return Status::Ok();
 }
 
+// linear_attention and the per-backbone names Transformers PR #46738 gave it: one mask rule.
+inline bool is_linear_layer_type(const std::string& t) {
+  return t == "linear_attention" || t == "linear_attention_mamba" ||
+         t == "linear_attention_mamba2" || t == "linear_attention_gated_delta_net";
+}
+
 inline bool is_known_layer_type(const std::string& t) {
   return t == "full_attention" || t == "sliding_attention" || t == "chunked_attention" ||
-         t == "linear_attention";
+         is_linear_layer_type(t);
 }
 
 // layer_masks(types, p, out) of the contract over a builder's functions: Builder has static
@@ -82,7 +88,7 @@ Status compose_layer_masks(const std::vector<std::string>& layer_types, const Ma
 
     LayerMask m;
     m.layer_type = t;
-    if (t == "linear_attention") {
+    if (is_linear_layer_type(t)) {
       std::vector<uint8_t> valid(static_cast<size_t>(p.batch * p.q_len));
       s = Builder::token_validity(p, valid.data());
       if (!s.ok()) return s;

@@ -90,7 +90,9 @@ struct Unpadded {
 //   layer_masks(types, p, out)        full_attention: causal; sliding_attention: causal +
 //                                     p.sliding_window; chunked_attention: causal + p.chunk_size
 //                                     (window and chunk size apply only to their own type; p.causal
-//                                     is ignored); linear_attention: token validity, or kNone when
+//                                     is ignored); linear_attention (also named
+//                                     linear_attention_mamba, _mamba2, _gated_delta_net since
+//                                     Transformers PR #46738): token validity, or kNone when
 //                                     every new token is valid or when decoding one token (q_len ==
 //                                     1 and every q_offset > 0). A type with no rule:
 //                                     InvalidArgument "unknown layer type 'xyz' at layer 3";

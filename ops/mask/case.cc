@@ -116,8 +116,8 @@ Status check_layers(const Case& c) {
 OpSchema layers_schema() {
   std::vector<ParamSpec> p;
   p.push_back(text("pattern", "qwen35",
-                   "layer_types: qwen35 | hybrid3 | all-linear | all-full | a+b+... of linear, "
-                   "full, sliding, chunked"));
+                   "layer_types: qwen35 | qwen35-gdn | hybrid3 | all-linear | all-full | a+b+... "
+                   "of linear, full, sliding, chunked, mamba, mamba2, gdn"));
   for (ParamSpec& s : shape_params("16")) p.push_back(std::move(s));
   p.push_back(integer("window", "16", 0, kMaxTokens, "sliding_window of sliding layers"));
   p.push_back(integer("chunk", "16", 0, kMaxTokens, "chunk size of chunked layers"));
@@ -422,10 +422,26 @@ void layers_suite(SuiteBuilder& b, Tier tier) {
   auto add = [&](const SuiteParams& p) {
     b.add("layers", merge(p, {{"seed", std::to_string(seed++)}}));
   };
+  // The layer types Transformers PR #46738 named per backbone (linear_attention_mamba, _mamba2,
+  // _gated_delta_net): appended with seeds of their own (from 2000), so the cases around them
+  // keep their ids.
+  int renamed_seed = 2000;
+  auto add_renamed = [&]() {
+    auto one = [&](const SuiteParams& p) {
+      b.add("layers", merge(p, {{"seed", std::to_string(renamed_seed++)}}));
+    };
+    one(merge(shape_of({"static", 24, 0, 64}), {{"pattern", "qwen35-gdn"}, {"padding", "left"}}));
+    if (tier == Tier::kSmoke) return;
+    for (const CacheShape& s : gate_shapes())
+      for (const char* padding : {"none", "left"})
+        one(merge(shape_of(s),
+                  {{"pattern", "mamba+mamba2+gdn+linear+full"}, {"B", "2"}, {"padding", padding}}));
+  };
   if (tier == Tier::kSmoke) {
     add(merge(shape_of({"static", 24, 0, 64}), {{"pattern", "qwen35"}, {"padding", "left"}}));
     add(merge(shape_of({"chunked", 16, 24, 0}),
               {{"pattern", "hybrid3"}, {"B", "2"}, {"packed", "packed"}}));
+    add_renamed();
     return;
   }
   // Every layer pattern x cache mode x padding x packing, at batch 2; batch 1 with padding.
@@ -456,6 +472,7 @@ void layers_suite(SuiteBuilder& b, Tier tier) {
          {"window", "1024"},
          {"padding", "left"}});
   }
+  add_renamed();
 }
 
 void segments_suite(SuiteBuilder& b, Tier tier) {
@@ -538,6 +555,10 @@ StatusOr<std::vector<std::string>> mask_layer_types(const std::string& pattern) 
   };
   const std::string L = "linear_attention", F = "full_attention", S = "sliding_attention";
   if (pattern == "qwen35") return repeat({L, L, L, F}, 2);
+  if (pattern == "qwen35-gdn") {
+    const std::string G = "linear_attention_gated_delta_net";
+    return repeat({G, G, G, F}, 2);
+  }
   if (pattern == "hybrid3") return repeat({L, S, F}, 2);
   if (pattern == "all-linear") return repeat({L}, 4);
   if (pattern == "all-full") return repeat({F}, 4);
@@ -549,10 +570,14 @@ StatusOr<std::vector<std::string>> mask_layer_types(const std::string& pattern) 
     const std::string name = pattern.substr(start, plus - start);
     if (name == "linear" || name == "full" || name == "sliding" || name == "chunked")
       out.push_back(name + "_attention");
+    else if (name == "mamba" || name == "mamba2")
+      out.push_back("linear_attention_" + name);
+    else if (name == "gdn")
+      out.push_back("linear_attention_gated_delta_net");
     else
       return invalid("pattern '" + pattern + "': unknown layer '" + name +
-                     "' (named patterns: qwen35, hybrid3, all-linear, all-full; or a+b+... of "
-                     "linear, full, sliding, chunked)");
+                     "' (named patterns: qwen35, qwen35-gdn, hybrid3, all-linear, all-full; or "
+                     "a+b+... of linear, full, sliding, chunked, mamba, mamba2, gdn)");
     start = plus + 1;
   }
   return out;

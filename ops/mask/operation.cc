@@ -148,7 +148,7 @@ class MaskOperation : public Operation {
       return fmt::format("layer type '{}': reference says {}", m.layer_type,
                          m.needed ? "a mask is needed" : "no mask needed");
     }
-    if (output == "linear_attention") {
+    if (reference::is_linear_attention_type(output)) {
       const int64_t b = index / p.q_len, q = index % p.q_len;
       const std::vector<uint8_t> valid = reference::token_validity(spec);
       return fmt::format("(b={}, q={}): reference says token {}", b, q,

@@ -67,11 +67,14 @@ int64_t mask_kv_length(const cases::Case& c);
 
 // The layer_types list a layers case names: a named pattern
 //   qwen35      linear x3, full, linear x3, full (Qwen3.5: three linear layers to one full)
+//   qwen35-gdn  the same with the renamed type: gdn x3, full, gdn x3, full
 //   hybrid3     [linear, sliding, full] x2
 //   all-linear  linear x4
 //   all-full    full x4
 // or an explicit list of short names joined by '+': linear, full, sliding, chunked (e.g.
-// pattern=linear+sliding+full+full), each expanded to its *_attention type.
+// pattern=linear+sliding+full+full), each expanded to its *_attention type, and mamba, mamba2,
+// gdn: linear_attention_mamba, linear_attention_mamba2, linear_attention_gated_delta_net, the
+// per-backbone names Transformers PR #46738 gave linear_attention (the same mask rule).
 // InvalidArgument naming an unknown pattern or type.
 StatusOr<std::vector<std::string>> mask_layer_types(const std::string& pattern);
 

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "ops/mask/params.h"
+#include "reference/mask.h"
 
 namespace deltacheck::ops::mask {
 namespace {
@@ -113,7 +114,7 @@ std::vector<OutputSpec> mask_outputs(const cases::Case& c) {
     if (std::find(distinct.begin(), distinct.end(), t) == distinct.end()) distinct.push_back(t);
   std::vector<OutputSpec> out;
   for (const std::string& t : distinct) {
-    if (t == "linear_attention")
+    if (reference::is_linear_attention_type(t))
       out.push_back({t, DType::kU8, {B, q}});
     else
       out.push_back({t, DType::kU8, {B, 1, q, kv}});

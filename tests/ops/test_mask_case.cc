@@ -51,7 +51,7 @@ TEST(MaskCaseId, InconsistentParametersAreNamed) {
   EXPECT_NE(error_of("mask(causal=0,window=4)").find("causal masks only"), std::string::npos);
   EXPECT_NE(error_of("mask(dtype=bf16)").find("additive masks only"), std::string::npos);
   EXPECT_NE(error_of("mask(q=65536,kv=65536,B=1)").find("2^28"), std::string::npos);
-  EXPECT_NE(error_of("layers(pattern=full+mamba)").find("unknown layer 'mamba'"),
+  EXPECT_NE(error_of("layers(pattern=full+mamba3)").find("unknown layer 'mamba3'"),
             std::string::npos);
   EXPECT_NE(error_of("layers(pattern=hybrid3,window=0)").find("window must be > 0"),
             std::string::npos);
