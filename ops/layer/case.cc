@@ -8,6 +8,7 @@
 #include "cases/det_math.h"
 #include "ops/decode.h"
 #include "ops/layer/params.h"
+#include "ops/layer/serving.h"
 #include "ops/schema.h"
 
 namespace deltacheck::ops::layer {
@@ -28,7 +29,9 @@ Status check_layer(const Case& c) {
   if (Status st = check_heads(c); !st.ok()) return st;
   if (c.layout().kind == Layout::Kind::kBatch)
     return invalid("layer cases are packed or single (the layer takes [T, D] rows)");
-  return check_none_and_decode(c);
+  if (Status st = check_none_and_decode(c); !st.ok()) return st;
+  if (std::string why = check_serving(decode(c)); !why.empty()) return invalid(std::move(why));
+  return Status::Ok();
 }
 
 OpSchema layer_schema() {
@@ -53,9 +56,13 @@ OpSchema layer_schema() {
           choice("state", "rand", {"none", "rand", "mixed"},
                  "initial recurrent and conv states: none (zeros) | rand (random) | mixed "
                  "(alternating)"),
-          choice("cache", "prefill", {"none", "prefill", "decode", "chunked", "dynamic"},
-                 "as for gdr; conv states are carried with recurrent states"),
-          integer("calls", "3", 1, 64, "chunked: pieces per sequence; dynamic: decode steps"),
+          choice("cache", "prefill",
+                 {"none", "prefill", "decode", "chunked", "dynamic", "pool", "accept"},
+                 "as for gdr; conv states are carried with recurrent states | pool: both in "
+                 "slot-addressed pools, has_initial_state, padding entries | accept: speculative "
+                 "verify, the conv window rolled to the accepted token (docs/serving.md)"),
+          integer("calls", "3", 1, 64,
+                  "chunked: pieces per sequence; dynamic: decode steps; pool: padding entries"),
           integer("seed", "0", 0, int64_t{1} << 62, "generator seed"),
       },
       check_layer,
@@ -106,6 +113,10 @@ TensorMap generate_layer(const Case& c, const GenOptions& o) {
     Tensor& t = m.add(Tensor("cu_seqlens", DType::kI64, {static_cast<int64_t>(cu.size())}));
     for (size_t i = 0; i < cu.size(); ++i) t.as<int64_t>()[i] = cu[i];
   }
+  if (d.serving()) {  // the states are in the pools (ops/layer/serving.h)
+    generate_serving(d, m);
+    return m;
+  }
   if (d.states() && d.state != State::kNone) {
     Tensor& s0 = m.add(Tensor("initial_state", DType::kF32, {d.N, d.HV, d.K, d.V}));
     Tensor& c0 = m.add(Tensor("initial_conv_state", DType::kF32, {d.N, d.D, d.W - 1}));
@@ -134,6 +145,7 @@ int64_t layer_input_bytes(const Case& c) {
 }
 
 void layer_suite(SuiteBuilder& b, Tier t) {
+  serving_suite(b, t);  // pools, speculative verify, one-token calls (ops/layer/serving.cc)
   int seed = 500;
   auto add = [&](SuiteParams p) {
     p.emplace_back("seed", std::to_string(seed++));
