@@ -25,6 +25,8 @@ Support gdr_calls_support(const std::string& name, const cases::Case& c);
 std::vector<std::unique_ptr<Backend>> make_wrong_regime_backends();
 // Deliberately wrong serving runtimes around the cpu kernels (wrong_serve_backends.cc).
 std::vector<std::unique_ptr<Backend>> make_wrong_serve_backends();
+// Deliberately wrong handling of the layer's serving state (wrong_layer_serving_backends.cc).
+std::vector<std::unique_ptr<Backend>> make_wrong_layer_serving_backends();
 // The cpu backend's layer cases, and the conv that reads across a boundary (cpu_layer.cc); the
 // layer kernel's parameters pointing into a layer (or layer_grad) case's inputs, no outputs.
 kernels::cpu::LinearAttentionLayerParams layer_inputs(const ops::layer::Params& d,

@@ -1,0 +1,143 @@
+// Deliberately wrong handling of the layer's serving state (docs/serving.md, "The layer's serving
+// state"), each a bug reported in 2026; tests/harness/test_layer_serving_verdicts.cc pins the
+// verdict each gets in the gate. Each runs the cpu backend on inputs the bug would have read:
+//   wrong:layer-conv-offset        cache=accept: the conv window read at the offset of a full
+//                                  acceptance (columns T-1 ..) whatever was accepted, the recurrent
+//                                  state from the right row (vllm#39273)
+//   wrong:layer-accept-clamped     cache=accept: num_accepted_tokens clamped to the conv width
+//                                  W-1, for the conv window and the recurrent row alike
+//                                  (xllm#2247: wrong state with >= W accepted)
+//   wrong:layer-dirty-slot         cache=pool: a one-token sequence without an initial state is
+//                                  classified as a decode and reads its recycled row
+//                                  (vllm#51562)
+//   wrong:conv-update-no-shift     a call of one token: causal_conv1d_update writes the token
+//                                  into the newest column without shifting the older ones
+#include <algorithm>
+
+#include "backends/backends.h"
+#include "ops/layer/params.h"
+
+namespace deltacheck::backends {
+namespace {
+
+using ops::layer::Cache;
+
+class WrongLayerServing : public Backend {
+ public:
+  WrongLayerServing(std::string name, std::string description, Cache mode)
+      : name_(std::move(name)), description_(std::move(description)), mode_(mode) {}
+  std::string name() const override { return name_; }
+  std::string description() const override { return "deliberately wrong: " + description_; }
+  bool deliberately_wrong() const override { return true; }
+  Support supports(const cases::Case& c) const override {
+    if (c.op() == "layer" && ops::layer::decode(c).cache == mode_) return Support::Yes();
+    return Support::No(std::string("layer cache=") +
+                       ops::layer::kCacheNames[static_cast<int>(mode_)] + " only");
+  }
+  Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
+    cases::TensorMap wrong = in;
+    misread(ops::layer::decode(c), wrong);
+    return run_cpu_layer_case(c, wrong, out);
+  }
+
+ protected:
+  // Rewrites the inputs into what the bug reads.
+  virtual void misread(const ops::layer::Params& d, cases::TensorMap& in) const = 0;
+
+ private:
+  std::string name_, description_;
+  Cache mode_;
+};
+
+class ConvOffset : public WrongLayerServing {
+ public:
+  ConvOffset()
+      : WrongLayerServing("wrong:layer-conv-offset",
+                          "the conv window read as after a full acceptance (columns T-1 ..) "
+                          "whatever was accepted (vllm#39273)",
+                          Cache::kAccept) {}
+  void misread(const ops::layer::Params& d, cases::TensorMap& in) const override {
+    const int64_t T = d.layout.lengths[0];
+    cases::Tensor& conv = in.at("conv_state_pool");
+    const int64_t cols = conv.shape()[2];
+    const int32_t* idx = in.at("state_indices").as<int32_t>();
+    const int32_t* acc = in.at("num_accepted_tokens").as<int32_t>();
+    float* rows = conv.as<float>();
+    for (int64_t s = 0; s < d.N; ++s) {
+      float* row = rows + idx[s * T] * d.D * cols;
+      for (int64_t ch = 0; ch < d.D; ++ch)
+        for (int64_t j = 0; j < d.W - 1; ++j)
+          row[ch * cols + acc[s] - 1 + j] = row[ch * cols + T - 1 + j];
+    }
+  }
+};
+
+class AcceptClamped : public WrongLayerServing {
+ public:
+  AcceptClamped()
+      : WrongLayerServing("wrong:layer-accept-clamped",
+                          "num_accepted_tokens clamped to the conv width W-1 for the conv window "
+                          "and the recurrent row (xllm#2247)",
+                          Cache::kAccept) {}
+  void misread(const ops::layer::Params& d, cases::TensorMap& in) const override {
+    cases::Tensor& acc = in.at("num_accepted_tokens");
+    for (int64_t s = 0; s < acc.numel(); ++s)
+      acc.as<int32_t>()[s] = std::min<int32_t>(acc.as<int32_t>()[s], static_cast<int32_t>(d.W - 1));
+  }
+};
+
+class DirtySlot : public WrongLayerServing {
+ public:
+  DirtySlot()
+      : WrongLayerServing("wrong:layer-dirty-slot",
+                          "a one-token sequence without an initial state taken as a decode: it "
+                          "reads its recycled row (vllm#51562)",
+                          Cache::kPool) {}
+  void misread(const ops::layer::Params& d, cases::TensorMap& in) const override {
+    int32_t* has = in.at("has_initial_state").as<int32_t>();
+    for (int64_t s = 0; s < d.N; ++s)
+      if (d.layout.lengths[s] == 1) has[s] = 1;
+  }
+};
+
+class ConvNoShift : public Backend {
+ public:
+  std::string name() const override { return "wrong:conv-update-no-shift"; }
+  std::string description() const override {
+    return "deliberately wrong: a call of one token writes it into the conv state's newest "
+           "column without shifting the older ones";
+  }
+  bool deliberately_wrong() const override { return true; }
+  Support supports(const cases::Case& c) const override {
+    if (c.op() == "layer" && ops::layer::decode(c).states() && !ops::layer::decode(c).serving())
+      return Support::Yes();
+    return Support::No("layer cases that carry a conv state, outside the pools");
+  }
+  Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
+    if (Status st = run_cpu_layer_case(c, in, out); !st.ok()) return st;
+    const cases::Tensor& qkv = in.at("qkv");
+    cases::Tensor* conv = out.find("final_conv_state");
+    if (qkv.shape()[1] != 1 || !conv) return Status::Ok();
+    const int64_t D = qkv.shape()[2], cols = conv->shape()[2];
+    const cases::Tensor* before = in.find("initial_conv_state");
+    for (int64_t ch = 0; ch < D; ++ch) {
+      for (int64_t j = 0; j + 1 < cols; ++j)
+        conv->set(ch * cols + j, before ? before->get(ch * cols + j) : 0.0);
+      conv->set(ch * cols + cols - 1, qkv.get(ch));
+    }
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Backend>> make_wrong_layer_serving_backends() {
+  std::vector<std::unique_ptr<Backend>> v;
+  v.push_back(std::make_unique<ConvOffset>());
+  v.push_back(std::make_unique<AcceptClamped>());
+  v.push_back(std::make_unique<DirtySlot>());
+  v.push_back(std::make_unique<ConvNoShift>());
+  return v;
+}
+
+}  // namespace deltacheck::backends
