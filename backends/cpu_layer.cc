@@ -56,9 +56,9 @@ kernels::cpu::LinearAttentionLayerParams layer_params(const cases::Case& c,
   return p;
 }
 
-// cache=pool and accept (ops/layer/serving.h): in place on copies of the pools. A pool call whose
-// sequences have one token each is a decode batch (causal_conv1d_update, recurrent_decode), as
-// vLLM routes it; it must honour has_initial_state as the prefill does. A verify is a decode of
+// cache=pool, accept and ckpt (ops/layer/serving.h): in place on copies of the pools. A pool call
+// whose sequences have one token each is a decode batch (causal_conv1d_update, recurrent_decode),
+// as vLLM routes it; it must honour has_initial_state as the prefill does. A verify is a decode of
 // 1 + k tokens per sequence with state_indices and num_accepted_tokens.
 Status run_cpu_layer_serving(const cases::Case& c, const cases::TensorMap& in,
                              cases::TensorMap& out) {
@@ -68,6 +68,18 @@ Status run_cpu_layer_serving(const cases::Case& c, const cases::TensorMap& in,
   cases::Tensor &pool = out.at("state_pool"), &conv = out.at("conv_state_pool");
   std::memcpy(pool.data(), in.at("state_pool").data(), pool.nbytes());
   std::memcpy(conv.data(), in.at("conv_state_pool").data(), conv.nbytes());
+  if (d.cache == ops::layer::Cache::kCkpt) {  // the prefill, its checkpoints into the pools
+    const cases::Tensor& slots = in.at("block_slots");
+    kernels::cpu::StateCheckpoints ck;
+    ck.block_size = d.calls;
+    ck.block_slots = slots.as<int32_t>();
+    ck.max_blocks = slots.shape()[1];
+    ck.pool = pool.as<float>();
+    ck.num_rows = pool.shape()[0];
+    p.checkpoints = &ck;
+    p.conv_checkpoint_pool = conv.as<float>();
+    return kernels::cpu::linear_attention_layer(p);
+  }
   p.initial_state = p.final_state = pool.as<float>();
   p.initial_conv_state = p.final_conv_state = conv.as<float>();
   p.num_state_rows = pool.shape()[0];

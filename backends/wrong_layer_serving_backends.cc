@@ -12,6 +12,9 @@
 //                                  (vllm#51562)
 //   wrong:conv-update-no-shift     a call of one token: causal_conv1d_update writes the token
 //                                  into the newest column without shifting the older ones
+//   wrong:layer-ckpt-conv-stale    cache=ckpt: only the recurrent state is checkpointed; the
+//                                  checkpoint rows' conv states keep what the rows held (only the
+//                                  running block's row gets its conv state)
 #include <algorithm>
 
 #include "backends/backends.h"
@@ -129,6 +132,32 @@ class ConvNoShift : public Backend {
   }
 };
 
+class CkptConvStale : public WrongLayerServing {
+ public:
+  CkptConvStale()
+      : WrongLayerServing("wrong:layer-ckpt-conv-stale",
+                          "block checkpoints of the recurrent state only: the conv rows of the "
+                          "checkpoints keep what they held",
+                          Cache::kCkpt) {}
+  Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
+    if (Status st = run_cpu_layer_case(c, in, out); !st.ok()) return st;
+    const ops::layer::Params d = ops::layer::decode(c);
+    const cases::Tensor& table = in.at("block_slots");
+    const cases::Tensor& before = in.at("conv_state_pool");
+    cases::Tensor& after = out.at("conv_state_pool");
+    const int64_t cols = table.shape()[1], per = d.D * (d.W - 1);
+    for (int64_t s = 0; s < d.N; ++s) {
+      const int64_t blocks = (d.layout.lengths[s] + d.calls - 1) / d.calls;
+      for (int64_t b = 0; b + 1 < blocks; ++b) {  // every block but the running state's
+        const int64_t row = table.as<int32_t>()[s * cols + b];
+        std::copy_n(before.as<float>() + row * per, per, after.as<float>() + row * per);
+      }
+    }
+    return Status::Ok();
+  }
+  void misread(const ops::layer::Params&, cases::TensorMap&) const override {}
+};
+
 }  // namespace
 
 std::vector<std::unique_ptr<Backend>> make_wrong_layer_serving_backends() {
@@ -137,6 +166,7 @@ std::vector<std::unique_ptr<Backend>> make_wrong_layer_serving_backends() {
   v.push_back(std::make_unique<AcceptClamped>());
   v.push_back(std::make_unique<DirtySlot>());
   v.push_back(std::make_unique<ConvNoShift>());
+  v.push_back(std::make_unique<CkptConvStale>());
   return v;
 }
 

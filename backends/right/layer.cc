@@ -112,6 +112,28 @@ Status run_layer_serving(Formulation f, const Layer& l, const ops::layer::Params
   std::vector<float> state(static_cast<size_t>(per)), window(static_cast<size_t>(l.D * (l.W - 1)));
   for (size_t s = 0; s + 1 < offs.size(); ++s) {
     const int64_t L = offs[s + 1] - offs[s];
+    if (d.cache == ops::layer::Cache::kCkpt) {  // block by block from the initial states
+      const cases::Tensor& table = in.at("block_slots");
+      const int64_t cols_t = table.shape()[1], bs = d.calls;
+      const std::vector<float> s0 = floats(in.find("initial_state")),
+                               c0 = floats(in.find("initial_conv_state"));
+      if (!s0.empty())
+        std::copy_n(s0.begin() + s * per, per, state.begin());
+      else
+        std::fill(state.begin(), state.end(), 0.0f);
+      if (!c0.empty())
+        std::copy_n(c0.begin() + s * window.size(), window.size(), window.begin());
+      else
+        std::fill(window.begin(), window.end(), 0.0f);
+      for (int64_t b = 0; b * bs < L; ++b) {
+        const int64_t row = table.as<int32_t>()[s * cols_t + b];
+        run_sequence(f, l, out.at("o"), offs[s] + b * bs, std::min(bs, L - b * bs), window.data(),
+                     state.data(), window.data(), l.W - 1, nullptr);
+        std::copy(state.begin(), state.end(), rows + row * per);
+        std::copy(window.begin(), window.end(), conv_rows + row * per_conv);
+      }
+      continue;
+    }
     if (d.cache == ops::layer::Cache::kPool) {
       const int32_t slot = in.at("state_slots").as<int32_t>()[s];
       if (slot < 0) continue;  // padding entry

@@ -181,6 +181,41 @@ Status causal_conv1d(const CausalConv1dParams& p) {
   }
 }
 
+Status causal_conv1d_checkpoints(const CausalConv1dParams& p, int64_t block_size,
+                                 const int32_t* block_slots, int64_t max_blocks, float* pool,
+                                 int64_t num_rows) {
+  if (Status st = check(p); !st.ok()) return st;
+  if (block_size < 1 || !block_slots || !pool || max_blocks < 1)
+    return Status::InvalidArgument("checkpoints need block_size >= 1, block_slots and a pool");
+  const int64_t n = p.cu_seqlens ? p.num_seqs : p.batch, D = p.channels, W = p.width;
+  for (int64_t i = 0; i < n * max_blocks; ++i)
+    if (block_slots[i] >= num_rows)
+      return Status::InvalidArgument("block_slots[" + std::to_string(i) +
+                                     "] = " + std::to_string(block_slots[i]) +
+                                     " >= " + std::to_string(num_rows) + " rows");
+  core::parallel_for(n, p.num_threads, [&](int64_t i) {
+    const int64_t row = p.state_slots ? p.state_slots[i] : i;
+    if (row < 0) return;  // padding entry
+    const bool has_state = p.initial_state && (!p.has_initial_state || p.has_initial_state[i]);
+    const float* state = has_state ? p.initial_state + row * D * (W - 1) : nullptr;
+    const int64_t first = p.cu_seqlens ? p.cu_seqlens[i] : i * p.seq_len;
+    const int64_t len = p.cu_seqlens ? p.cu_seqlens[i + 1] - p.cu_seqlens[i] : p.seq_len;
+    for (int64_t b = 0; b < max_blocks && b * block_size < len; ++b) {
+      const int32_t slot = block_slots[i * max_blocks + b];
+      if (slot < 0) continue;
+      const int64_t end = std::min(len, (b + 1) * block_size);
+      float* dst = pool + slot * D * (W - 1);
+      for (int64_t d = 0; d < D; ++d)
+        for (int64_t j = 0; j < W - 1; ++j) {
+          const int64_t t = end - (W - 1) + j;  // < 0: the initial state's column W-1 + t
+          dst[d * (W - 1) + j] = t >= 0 ? load_as_float(p.x, p.dtype, (first + t) * D + d)
+                                        : (state ? state[d * (W - 1) + (W - 1) + t] : 0.0f);
+        }
+    }
+  });
+  return Status::Ok();
+}
+
 Status causal_conv1d_update(const CausalConv1dUpdateParams& p) {
   if (p.num_seqs < 0 || p.channels < 1)
     return Status::InvalidArgument("num_seqs must be >= 0 and channels >= 1");

@@ -39,6 +39,8 @@ Status check(const LinearAttentionLayerParams& p) {
     if (Status st = check_cu_seqlens(p.cu_seqlens, p.num_seqs, p.seq_len); !st.ok()) return st;
   const int64_t n = p.cu_seqlens ? p.num_seqs : 1;
   if (p.decode_tokens < 1) return Status::InvalidArgument("decode_tokens must be >= 1");
+  if (p.checkpoints && (p.decode || !p.conv_checkpoint_pool))
+    return Status::InvalidArgument("checkpoints need a prefill and conv_checkpoint_pool");
   if (p.decode)
     for (int64_t i = 0; i < n; ++i)
       if ((p.cu_seqlens ? p.cu_seqlens[i + 1] - p.cu_seqlens[i] : p.seq_len) != p.decode_tokens)
@@ -149,6 +151,12 @@ Status conv_step(const LinearAttentionLayerParams& p, int64_t D, void* mixed) {
   conv.initial_state = p.initial_conv_state;
   conv.final_state = p.final_conv_state;
   conv.has_initial_state = p.has_initial_state;
+  if (p.checkpoints)
+    if (Status st = causal_conv1d_checkpoints(conv, p.checkpoints->block_size,
+                                              p.checkpoints->block_slots, p.checkpoints->max_blocks,
+                                              p.conv_checkpoint_pool, p.checkpoints->num_rows);
+        !st.ok())
+      return st;
   return causal_conv1d(conv);
 }
 
@@ -210,6 +218,7 @@ Status rule_step(const LinearAttentionLayerParams& p, const void* q, const void*
   }
   rule.final_state = p.final_state;
   rule.chunk_size = p.chunk_size;
+  if (p.checkpoints) return chunked_gated_delta_rule(rule, *p.checkpoints);
   return chunked_gated_delta_rule(rule);
 }
 

@@ -13,6 +13,7 @@
 
 #include "core/half.h"
 #include "core/status.h"
+#include "kernels/cpu/gated_delta_rule.h"
 
 namespace deltacheck::kernels::cpu {
 
@@ -67,7 +68,13 @@ struct LinearAttentionLayerParams {
   const int32_t* state_indices = nullptr;
   const int32_t* num_accepted_tokens = nullptr;
   int64_t conv_state_columns = 0;  // 0: W - 1
-  int num_threads = 0;             // 0: all hardware threads
+  // Block checkpoints of a prefill (docs/serving.md, cache=ckpt): the recurrent state of every
+  // block into checkpoints->pool (chunked_gated_delta_rule's StateCheckpoints) and the conv state
+  // after the same token into the same row of conv_checkpoint_pool [checkpoints->num_rows, D,
+  // W-1] (causal_conv1d_checkpoints). Not with decode.
+  const StateCheckpoints* checkpoints = nullptr;
+  float* conv_checkpoint_pool = nullptr;
+  int num_threads = 0;  // 0: all hardware threads
 };
 
 // D, the number of mixed q | k | v channels the convolution runs over.

@@ -57,12 +57,14 @@ OpSchema layer_schema() {
                  "initial recurrent and conv states: none (zeros) | rand (random) | mixed "
                  "(alternating)"),
           choice("cache", "prefill",
-                 {"none", "prefill", "decode", "chunked", "dynamic", "pool", "accept"},
+                 {"none", "prefill", "decode", "chunked", "dynamic", "pool", "accept", "ckpt"},
                  "as for gdr; conv states are carried with recurrent states | pool: both in "
                  "slot-addressed pools, has_initial_state, padding entries | accept: speculative "
-                 "verify, the conv window rolled to the accepted token (docs/serving.md)"),
-          integer("calls", "3", 1, 64,
-                  "chunked: pieces per sequence; dynamic: decode steps; pool: padding entries"),
+                 "verify, the conv window rolled to the accepted token | ckpt: both states at "
+                 "every block boundary into pool rows (docs/serving.md)"),
+          integer("calls", "3", 1, 2048,
+                  "chunked: pieces per sequence; dynamic: decode steps; pool: padding entries; "
+                  "ckpt: block size in tokens (2..2048; other modes: at most 64)"),
           integer("seed", "0", 0, int64_t{1} << 62, "generator seed"),
       },
       check_layer,
@@ -113,10 +115,8 @@ TensorMap generate_layer(const Case& c, const GenOptions& o) {
     Tensor& t = m.add(Tensor("cu_seqlens", DType::kI64, {static_cast<int64_t>(cu.size())}));
     for (size_t i = 0; i < cu.size(); ++i) t.as<int64_t>()[i] = cu[i];
   }
-  if (d.serving()) {  // the states are in the pools (ops/layer/serving.h)
-    generate_serving(d, m);
-    return m;
-  }
+  if (d.serving()) generate_serving(d, m);  // the pools (ops/layer/serving.h)
+  if (d.pooled()) return m;                 // the states in are in them
   if (d.states() && d.state != State::kNone) {
     Tensor& s0 = m.add(Tensor("initial_state", DType::kF32, {d.N, d.HV, d.K, d.V}));
     Tensor& c0 = m.add(Tensor("initial_conv_state", DType::kF32, {d.N, d.D, d.W - 1}));

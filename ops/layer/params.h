@@ -15,13 +15,13 @@
 namespace deltacheck::ops::layer {
 
 enum class State { kNone, kRand, kMixed };
-// pool, accept: the layer's serving state (ops/layer/serving.h, docs/serving.md).
-enum class Cache { kNone, kPrefill, kDecode, kChunked, kDynamic, kPool, kAccept };
+// pool, accept, ckpt: the layer's serving state (ops/layer/serving.h, docs/serving.md).
+enum class Cache { kNone, kPrefill, kDecode, kChunked, kDynamic, kPool, kAccept, kCkpt };
 
 // The names the case id spells each value with (index = enum value).
 inline constexpr std::array<const char*, 3> kStateNames{"none", "rand", "mixed"};
-inline constexpr std::array<const char*, 7> kCacheNames{"none",    "prefill", "decode", "chunked",
-                                                        "dynamic", "pool",    "accept"};
+inline constexpr std::array<const char*, 8> kCacheNames{"none",    "prefill", "decode", "chunked",
+                                                        "dynamic", "pool",    "accept", "ckpt"};
 
 // A layer case's parameters. T: total tokens; D = 2 H K + HV V, the conv's channels.
 struct Params {
@@ -35,8 +35,10 @@ struct Params {
   uint64_t seed = 0;
   // Whether recurrent and conv states flow in and out (every cache mode but none).
   bool states() const { return cache != Cache::kNone; }
-  // cache=pool or accept: states live in slot-addressed pools (ops/layer/serving.h).
-  bool serving() const { return cache == Cache::kPool || cache == Cache::kAccept; }
+  // cache=pool or accept: the states in and out live in slot-addressed pools; ckpt: they come in
+  // as for prefill and go out into pool rows, one per block (ops/layer/serving.h).
+  bool pooled() const { return cache == Cache::kPool || cache == Cache::kAccept; }
+  bool serving() const { return pooled() || cache == Cache::kCkpt; }
 };
 
 // The parameters of a layer case; throws std::invalid_argument for a case of another op.

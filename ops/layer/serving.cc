@@ -32,11 +32,29 @@ std::vector<int32_t> accepted_counts(const Params& p) {
   return ops::accepted_counts(p.N, p.layout.lengths[0], p.seed);
 }
 
+PoolRows ckpt_rows(const Params& p) {
+  std::vector<int64_t> count;
+  for (int64_t len : p.layout.lengths) count.push_back((len + p.calls - 1) / p.calls);
+  return pool_rows(count, p.seed);
+}
+
+int64_t ckpt_max_blocks(const Params& p) {
+  int64_t m = 1;
+  for (int64_t len : p.layout.lengths) m = std::max(m, (len + p.calls - 1) / p.calls);
+  return m;
+}
+
 int64_t conv_state_columns(const Params& p) {
   return p.cache == Cache::kAccept ? p.W - 2 + p.layout.lengths[0] : p.W - 1;
 }
 
 std::string check_serving(const Params& p) {
+  if (p.cache == Cache::kCkpt)
+    return p.calls < 2 ? "cache=ckpt takes the block size in calls: 2..2048 tokens" : "";
+  if (p.calls > 64)
+    return "calls must be <= 64 for cache=" +
+           std::string(kCacheNames[static_cast<size_t>(p.cache)]) +
+           " (only cache=ckpt takes block sizes up to 2048)";
   if (p.cache != Cache::kAccept) return "";
   for (int64_t l : p.layout.lengths)
     if (l != p.layout.lengths[0])
@@ -87,14 +105,25 @@ std::vector<ElementRange> untouched(int64_t rows, int64_t per, const std::vector
 }  // namespace
 
 void generate_serving(const Params& p, cases::TensorMap& m) {
-  const bool accept = p.cache == Cache::kAccept;
-  const int64_t rows = accept ? accept_rows(p).rows : pool_size(p);
+  const bool accept = p.cache == Cache::kAccept, ckpt = p.cache == Cache::kCkpt;
+  const int64_t rows = accept ? accept_rows(p).rows : ckpt ? ckpt_rows(p).rows : pool_size(p);
   Tensor& pool = m.add(Tensor("state_pool", DType::kF32, {rows, p.HV, p.K, p.V}));
   const Stream sp(p.seed, "state_pool");
   for (int64_t i = 0; i < pool.numel(); ++i) pool.set(i, static_cast<float>(0.5 * sp.normal(i)));
   fill_inputs_like(
       m.add(Tensor("conv_state_pool", DType::kF32, {rows, p.D, conv_state_columns(p)})),
       Stream(p.seed, "conv_state_pool"), p.dtype);
+  if (ckpt) {
+    const PoolRows r = ckpt_rows(p);
+    const int64_t cols = ckpt_max_blocks(p);
+    Tensor& table = m.add(Tensor("block_slots", DType::kI32, {p.N, cols}));
+    for (int64_t i = 0; i < table.numel(); ++i) table.as<int32_t>()[i] = -1;
+    for (int64_t s = 0; s < p.N; ++s)
+      for (size_t b = 0; b < r.rows_of[s].size(); ++b)
+        table.as<int32_t>()[s * cols + static_cast<int64_t>(b)] =
+            static_cast<int32_t>(r.rows_of[s][b]);
+    return;
+  }
   if (accept) {
     const PoolRows r = accept_rows(p);
     const int64_t T = p.layout.lengths[0];
@@ -122,14 +151,17 @@ std::vector<OutputSpec> serving_outputs(const Params& p) {
   OutputSpec conv{"conv_state_pool", DType::kF32, {0, p.D, cols}};
   int64_t rows = 0;
   std::vector<bool> used, conv_used;
-  if (accept) {
-    const PoolRows r = accept_rows(p);
+  if (accept || p.cache == Cache::kCkpt) {
+    const PoolRows r = accept ? accept_rows(p) : ckpt_rows(p);
     rows = r.rows;
     used.assign(static_cast<size_t>(rows), false);
     conv_used = used;
     for (int64_t s = 0; s < p.N; ++s) {
       for (int64_t row : r.rows_of[s]) used[row] = true;
-      conv_used[r.rows_of[s][0]] = true;
+      if (!accept)
+        conv_used = used;  // ckpt: every block's conv row too
+      else
+        conv_used[r.rows_of[s][0]] = true;
     }
   } else {
     rows = pool_size(p);
@@ -155,13 +187,14 @@ std::vector<SeqSlice> serving_slices(const Params& p, const std::string& output)
   const auto cu = p.layout.cu_seqlens();
   const int64_t per = output == "state_pool" ? state_size(p) : p.D * conv_state_columns(p);
   std::vector<SeqSlice> s;
-  const bool accept = p.cache == Cache::kAccept;
-  const PoolRows r = accept ? accept_rows(p) : PoolRows{};
-  const std::vector<int32_t> slots = accept ? std::vector<int32_t>{} : pool_slots(p);
+  const bool accept = p.cache == Cache::kAccept, ckpt = p.cache == Cache::kCkpt;
+  const PoolRows r = accept ? accept_rows(p) : ckpt ? ckpt_rows(p) : PoolRows{};
+  const std::vector<int32_t> slots =
+      p.cache == Cache::kPool ? pool_slots(p) : std::vector<int32_t>{};
   for (int64_t i = 0; i < p.N; ++i) {
     if (output == "o") {
       s.push_back({i, cu[i] * p.HV * p.V, cu[i + 1] * p.HV * p.V, p.HV * p.V});
-    } else if (accept && output == "state_pool") {
+    } else if (ckpt || (accept && output == "state_pool")) {
       s.push_back({i, r.first[i] * per, (r.first[i] + r.count[i]) * per, 0});
     } else {
       const int64_t row = accept ? r.rows_of[i][0] : slots[i];
@@ -252,11 +285,59 @@ Values evaluate_accept(const cases::Case& c, const cases::TensorMap& in, const E
   return out;
 }
 
+// cache=ckpt: block by block, every block a prefill piece from the states its previous block
+// ended with (the initial states for block 0); each block's end states into its row.
+Values evaluate_ckpt(const cases::Case& c, const cases::TensorMap& in, const Evaluate& eval) {
+  const Params d = decode(c);
+  const int64_t per = state_size(d), per_conv = d.D * (d.W - 1), bs = d.calls;
+  const int32_t* table = in.at("block_slots").as<int32_t>();
+  const int64_t cols = ckpt_max_blocks(d);
+  Values out{{"o", std::vector<double>(static_cast<size_t>(d.T * d.HV * d.V), 0.0)},
+             {"state_pool", in.at("state_pool").to_double()},
+             {"conv_state_pool", in.at("conv_state_pool").to_double()}};
+  std::vector<std::vector<double>> state(static_cast<size_t>(d.N), std::vector<double>(per, 0.0)),
+      conv(static_cast<size_t>(d.N), std::vector<double>(per_conv, 0.0));
+  const Tensor *s0 = in.find("initial_state"), *c0 = in.find("initial_conv_state");
+  for (int64_t s = 0; s < d.N; ++s) {
+    for (int64_t j = 0; s0 && j < per; ++j) state[s][j] = s0->get(s * per + j);
+    for (int64_t j = 0; c0 && j < per_conv; ++j) conv[s][j] = c0->get(s * per_conv + j);
+  }
+  const cases::TensorMap tokens = prefill_inputs(in);
+  for (int64_t b = 0; b < cols; ++b) {
+    std::vector<Piece> pieces;
+    PieceState states{"initial_state", {d.HV, d.K, d.V}, {}};
+    PieceState windows{"initial_conv_state", {d.D, d.W - 1}, {}};
+    for (int64_t s = 0; s < d.N; ++s) {
+      const int64_t len = d.layout.lengths[s];
+      if (b * bs >= len) continue;
+      pieces.push_back({s, b * bs, std::min(bs, len - b * bs)});
+      states.rows.push_back(state[s]);
+      windows.rows.push_back(conv[s]);
+    }
+    if (pieces.empty()) continue;
+    const Values r = run_pieces(c, tokens, pieces, {states, windows},
+                                {{"cache", "prefill"}, {"state", "rand"}, {"calls", "3"}}, eval);
+    scatter_pieces(d.layout, pieces, d.HV * d.V, r.at("o"), out["o"],
+                   [](const Piece&) { return true; });
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const int64_t s = pieces[i].seq, row = table[s * cols + b];
+      std::copy_n(r.at("final_state").begin() + static_cast<int64_t>(i) * per, per,
+                  state[s].begin());
+      std::copy_n(r.at("final_conv_state").begin() + static_cast<int64_t>(i) * per_conv, per_conv,
+                  conv[s].begin());
+      std::copy(state[s].begin(), state[s].end(), out["state_pool"].begin() + row * per);
+      std::copy(conv[s].begin(), conv[s].end(), out["conv_state_pool"].begin() + row * per_conv);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Values evaluate_serving(const cases::Case& c, const cases::TensorMap& in, const Evaluate& eval) {
-  return decode(c).cache == Cache::kAccept ? evaluate_accept(c, in, eval)
-                                           : evaluate_pool(c, in, eval);
+  const Cache mode = decode(c).cache;
+  if (mode == Cache::kCkpt) return evaluate_ckpt(c, in, eval);
+  return mode == Cache::kAccept ? evaluate_accept(c, in, eval) : evaluate_pool(c, in, eval);
 }
 
 void serving_suite(SuiteBuilder& b, Tier t) {
@@ -289,6 +370,16 @@ void serving_suite(SuiteBuilder& b, Tier t) {
   add({{"layout", "packed[5*6]"}, {"cache", "accept"}, {"W", "3"}, {"K", "8"}, {"V", "8"}});
   add({{"layout", "single[1]"}, {"cache", "decode"}, {"dtype", "bf16"}});
   add({{"layout", "single[70]"}, {"cache", "dynamic"}, {"calls", "4"}, {"W", "3"}});
+  // Block checkpoints of both states: blocks of 2 (shorter than the conv window W-1 = 3: a block
+  // end's conv state reaches back into the block before), 16 with lengths just under, at and
+  // over a block, 50 in bf16 from a zero state.
+  add({{"layout", "packed[7,0,2,5]"}, {"cache", "ckpt"}, {"calls", "2"}});
+  add({{"layout", "packed[15,16,17]"}, {"cache", "ckpt"}, {"calls", "16"}, {"state", "mixed"}});
+  add({{"layout", "packed[130,3]"},
+       {"cache", "ckpt"},
+       {"calls", "50"},
+       {"dtype", "bf16"},
+       {"state", "none"}});
   if (t != Tier::kFull) return;
   for (const char* dt : {"fp32", "bf16", "fp16"}) {
     add({{"layout", "packed[100,1,300,1,2]"},
@@ -311,6 +402,14 @@ void serving_suite(SuiteBuilder& b, Tier t) {
        {"H", "4"},
        {"HV", "8"}});
   add({{"layout", "single[300]"}, {"cache", "dynamic"}, {"calls", "8"}, {"dtype", "bf16"}});
+  for (const char* dt : {"fp32", "fp16"})
+    add({{"layout", "packed[700,0,65,1]"},
+         {"cache", "ckpt"},
+         {"calls", "64"},
+         {"dtype", dt},
+         {"K", "64"},
+         {"V", "64"}});
+  add({{"layout", "single[900]"}, {"cache", "ckpt"}, {"calls", "2048"}});
 }
 
 }  // namespace deltacheck::ops::layer

@@ -23,6 +23,12 @@
 // next verify reads its window at its own a - 1 (vLLM's causal_conv1d_update with
 // num_accepted_tokens). Every accepted count 1..T is in a batch of N >= T, counts above the conv
 // width W - 1 included.
+// cache=ckpt (block checkpoints of a prefill, vLLM's mamba_cache_mode="all" for the whole layer):
+// block size `calls` (2..2048) tokens; initial states in as for cache=prefill; block_slots [N,
+// max_blocks] names the row of both pools that gets block b's states: the recurrent state and
+// the conv state (the last W-1 inputs) after the block's last token, or after the sequence's last
+// token for the block that holds it; -1 past a sequence's blocks. Blocks shorter than W-1 make
+// the conv state of a block end reach back into earlier blocks or the initial conv state.
 #pragma once
 
 #include <string>
@@ -46,6 +52,11 @@ std::vector<int32_t> has_initial_state(const Params& p);
 PoolRows accept_rows(const Params& p);
 std::vector<int32_t> accepted_counts(const Params& p);
 int64_t conv_state_columns(const Params& p);
+
+// cache=ckpt: each sequence's ceil(len / block) rows (block_slots[s, b] = rows_of[s][b]) and the
+// columns of block_slots (the most blocks of any sequence, at least 1).
+PoolRows ckpt_rows(const Params& p);
+int64_t ckpt_max_blocks(const Params& p);
 
 // "" or what makes a serving case invalid.
 std::string check_serving(const Params& p);

@@ -150,5 +150,39 @@ TEST(LayerServing, TheRolledConvRowHoldsTheWindowOfEveryNextAcceptedCount) {
   }
 }
 
+// Every block's conv row holds the last W-1 inputs up to the block's end (or the sequence's end),
+// reaching back into earlier blocks and the initial conv state where blocks are shorter than W-1:
+// the FP64 conv of that prefix, run on its own, says what they are.
+TEST(LayerServing, CheckpointRowsHoldTheConvStateAtEveryBlockEnd) {
+  const Case c = Case::parse("layer(layout=packed[7,0,2,5],cache=ckpt,calls=2,seed=31)");
+  const Params p = decode(c);
+  const cases::TensorMap in = cases::generate_inputs(c);
+  const Values v = operation().oracle(c, in);
+  const int64_t W = p.W, D = p.D, per = D * (W - 1);
+  const cases::Tensor& table = in.at("block_slots");
+  const std::vector<double> qkv = in.at("qkv").to_double(),
+                            weight = in.at("conv_weight").to_double(),
+                            c0 = in.at("initial_conv_state").to_double();
+  const auto cu = p.layout.cu_seqlens();
+  int checked = 0;
+  for (int64_t s = 0; s < p.N; ++s)
+    for (int64_t b = 0; b * 2 < p.layout.lengths[s]; ++b) {
+      reference::CausalConv1dArgs ca;
+      ca.seq_len = std::min<int64_t>((b + 1) * 2, p.layout.lengths[s]);
+      ca.channels = D;
+      ca.width = W;
+      ca.x = qkv.data() + cu[s] * D;
+      ca.weight = weight.data();
+      ca.initial_state = c0.data() + s * per;
+      const auto ref = reference::causal_conv1d(ca);
+      const int64_t row = table.as<int32_t>()[s * table.shape()[1] + b];
+      for (int64_t j = 0; j < per; ++j)
+        ASSERT_EQ(v.at("conv_state_pool")[row * per + j], ref.final_state[j])
+            << "seq " << s << ", block " << b << ", element " << j;
+      ++checked;
+    }
+  EXPECT_EQ(checked, 4 + 1 + 3);
+}
+
 }  // namespace
 }  // namespace deltacheck::ops::layer
