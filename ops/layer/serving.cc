@@ -355,6 +355,9 @@ void serving_suite(SuiteBuilder& b, Tier t) {
   // One-token causal_conv1d_update calls: a call of one token, and a prefill followed by them.
   add({{"layout", "single[1]"}, {"cache", "decode"}});
   add({{"layout", "single[40]"}, {"cache", "dynamic"}, {"calls", "3"}});
+  // Block checkpoints of both states, blocks of 2: shorter than the conv window W-1 = 3, so a
+  // block end's conv state reaches back into the block before.
+  add({{"layout", "packed[7,0,2,5]"}, {"cache", "ckpt"}, {"calls", "2"}});
   if (t == Tier::kSmoke) return;
   add({{"layout", "single[1]"}, {"cache", "pool"}, {"state", "none"}});
   add({{"layout", "packed[1,5,1,9,1]"}, {"cache", "pool"}, {"state", "none"}, {"calls", "1"}});
@@ -370,10 +373,8 @@ void serving_suite(SuiteBuilder& b, Tier t) {
   add({{"layout", "packed[5*6]"}, {"cache", "accept"}, {"W", "3"}, {"K", "8"}, {"V", "8"}});
   add({{"layout", "single[1]"}, {"cache", "decode"}, {"dtype", "bf16"}});
   add({{"layout", "single[70]"}, {"cache", "dynamic"}, {"calls", "4"}, {"W", "3"}});
-  // Block checkpoints of both states: blocks of 2 (shorter than the conv window W-1 = 3: a block
-  // end's conv state reaches back into the block before), 16 with lengths just under, at and
-  // over a block, 50 in bf16 from a zero state.
-  add({{"layout", "packed[7,0,2,5]"}, {"cache", "ckpt"}, {"calls", "2"}});
+  // Block checkpoints: 16 with lengths just under, at and over a block, 50 in bf16 from a zero
+  // state.
   add({{"layout", "packed[15,16,17]"}, {"cache", "ckpt"}, {"calls", "16"}, {"state", "mixed"}});
   add({{"layout", "packed[130,3]"},
        {"cache", "ckpt"},
