@@ -56,10 +56,10 @@ kernels::cpu::LinearAttentionLayerParams layer_params(const cases::Case& c,
   return p;
 }
 
-// cache=pool, accept and ckpt (ops/layer/serving.h): in place on copies of the pools. A pool call
-// whose sequences have one token each is a decode batch (causal_conv1d_update, recurrent_decode),
-// as vLLM routes it; it must honour has_initial_state as the prefill does. A verify is a decode of
-// 1 + k tokens per sequence with state_indices and num_accepted_tokens.
+// cache=pool, accept, ckpt and spec (ops/layer/serving.h): in place on copies of the pools. A pool
+// call whose sequences have one token each is a decode batch (causal_conv1d_update,
+// recurrent_decode), as vLLM routes it; it must honour has_initial_state as the prefill does. A
+// verify is a decode of 1 + k tokens per sequence with state_indices and num_accepted_tokens.
 Status run_cpu_layer_serving(const cases::Case& c, const cases::TensorMap& in,
                              cases::TensorMap& out) {
   const ops::layer::Params d = ops::layer::decode(c);
@@ -92,11 +92,18 @@ Status run_cpu_layer_serving(const cases::Case& c, const cases::TensorMap& in,
     if (!p.cu_seqlens) p.num_seqs = 1;
     return kernels::cpu::linear_attention_layer(p);
   }
+  p.state_slots = in.at("state_slots").as<int32_t>();
+  if (d.cache == ops::layer::Cache::kSpec) {  // a decode of T tokens, every token's states kept
+    p.decode = true;
+    p.decode_tokens = d.layout.lengths[0];
+    p.token_states = out.at("token_states").as<float>();
+    p.token_conv_states = out.at("token_conv_states").as<float>();
+    return kernels::cpu::linear_attention_layer(p);
+  }
   const cases::Tensor& has = in.at("has_initial_state");
   std::vector<uint8_t> flags(static_cast<size_t>(has.numel()));
   for (int64_t i = 0; i < has.numel(); ++i) flags[i] = has.as<int32_t>()[i] != 0;
   p.has_initial_state = flags.data();
-  p.state_slots = in.at("state_slots").as<int32_t>();
   const auto& l = d.layout.lengths;
   p.decode = std::all_of(l.begin(), l.end(), [](int64_t n) { return n == 1; });
   return kernels::cpu::linear_attention_layer(p);

@@ -15,6 +15,8 @@
 //   wrong:layer-ckpt-conv-stale    cache=ckpt: only the recurrent state is checkpointed; the
 //                                  checkpoint rows' conv states keep what the rows held (only the
 //                                  running block's row gets its conv state)
+//   wrong:layer-spec-conv-last     cache=spec: every token's conv state is the last token's (the
+//                                  per-token conv states not kept, the final one copied)
 #include <algorithm>
 
 #include "backends/backends.h"
@@ -158,6 +160,25 @@ class CkptConvStale : public WrongLayerServing {
   void misread(const ops::layer::Params&, cases::TensorMap&) const override {}
 };
 
+class SpecConvLast : public WrongLayerServing {
+ public:
+  SpecConvLast()
+      : WrongLayerServing("wrong:layer-spec-conv-last",
+                          "multi-token decode: every token's conv state is the last token's",
+                          Cache::kSpec) {}
+  Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
+    if (Status st = run_cpu_layer_case(c, in, out); !st.ok()) return st;
+    cases::Tensor& tc = out.at("token_conv_states");
+    const int64_t T = tc.shape()[1], per = tc.numel() / (tc.shape()[0] * T);
+    float* v = tc.as<float>();
+    for (int64_t s = 0; s < tc.shape()[0]; ++s)
+      for (int64_t t = 0; t + 1 < T; ++t)
+        std::copy_n(v + (s * T + T - 1) * per, per, v + (s * T + t) * per);
+    return Status::Ok();
+  }
+  void misread(const ops::layer::Params&, cases::TensorMap&) const override {}
+};
+
 }  // namespace
 
 std::vector<std::unique_ptr<Backend>> make_wrong_layer_serving_backends() {
@@ -167,6 +188,7 @@ std::vector<std::unique_ptr<Backend>> make_wrong_layer_serving_backends() {
   v.push_back(std::make_unique<DirtySlot>());
   v.push_back(std::make_unique<ConvNoShift>());
   v.push_back(std::make_unique<CkptConvStale>());
+  v.push_back(std::make_unique<SpecConvLast>());
   return v;
 }
 

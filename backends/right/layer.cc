@@ -134,6 +134,26 @@ Status run_layer_serving(Formulation f, const Layer& l, const ops::layer::Params
       }
       continue;
     }
+    if (d.cache == ops::layer::Cache::kSpec) {  // from its rows, every token's states kept
+      const int32_t slot = in.at("state_slots").as<int32_t>()[s];
+      std::copy_n(rows + slot * per, per, state.begin());
+      std::copy_n(conv_rows + slot * per_conv, per_conv, window.begin());
+      const int64_t win = l.D * (l.W - 1);
+      float* ts = out.at("token_states").as<float>() + s * L * per;
+      float* tc = out.at("token_conv_states").as<float>() + s * L * win;
+      run_sequence(f, l, out.at("o"), offs[s], L, window.data(), state.data(),
+                   conv_rows + slot * per_conv, cols, ts);
+      for (int64_t t = 0; t < L; ++t)  // the W-1 inputs ending at token t: context, then tokens
+        for (int64_t ch = 0; ch < l.D; ++ch)
+          for (int64_t j = 0; j < l.W - 1; ++j) {
+            const int64_t at = t + 1 + j;  // in (window ++ tokens)
+            tc[(t * l.D + ch) * (l.W - 1) + j] =
+                at < l.W - 1 ? window[ch * (l.W - 1) + at]
+                             : static_cast<float>(l.qkv.get((offs[s] + at - (l.W - 1)) * l.D + ch));
+          }
+      std::copy(state.begin(), state.end(), rows + slot * per);
+      continue;
+    }
     if (d.cache == ops::layer::Cache::kPool) {
       const int32_t slot = in.at("state_slots").as<int32_t>()[s];
       if (slot < 0) continue;  // padding entry

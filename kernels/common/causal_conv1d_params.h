@@ -66,6 +66,9 @@ struct CausalConv1dUpdateParams {
   int64_t tokens_per_seq = 1;
   int64_t state_columns = 0;
   const int32_t* num_accepted_tokens = nullptr;
+  // Optional fp32 [N, tokens, D, W-1]: the conv state after each token (its last W-1 inputs), so a
+  // caller that accepts only the first m tokens can resume from token_states[i, m - 1].
+  float* token_states = nullptr;
   int num_threads = 0;  // CPU kernels; the CUDA kernels ignore it
 };
 

@@ -149,6 +149,8 @@ void update_rows(const CausalConv1dUpdateParams& p, int64_t seq, int64_t row, in
       for (int j = 0; j < W - 1; ++j) acc += w[j] * win[j];
       acc += w[W - 1] * x;
       store_from_float(p.out, p.dtype, at, p.silu ? silu(acc) : acc);
+      if (p.token_states)  // the W-1 inputs ending at token t
+        std::copy(win + 1, win + W, p.token_states + ((seq * n + t) * D + d) * (W - 1));
     }
     std::copy(buf.end() - C, buf.end(), st);
   }

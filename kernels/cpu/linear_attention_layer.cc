@@ -142,6 +142,7 @@ Status conv_step(const LinearAttentionLayerParams& p, int64_t D, void* mixed) {
     }
     u.state =
         decode_rows(p, p.initial_conv_state, p.final_conv_state, D * (p.conv_width - 1), scratch);
+    u.token_states = p.token_conv_states;
     return causal_conv1d_update(u);
   }
   CausalConv1dParams conv = conv_params<CausalConv1dParams>(p, D, mixed);
@@ -196,6 +197,7 @@ Status rule_step(const LinearAttentionLayerParams& p, const void* q, const void*
       return recurrent_decode(r);
     }
     r.state = decode_rows(p, p.initial_state, p.final_state, per, scratch);
+    r.token_states = p.token_states;
     return recurrent_decode(r);
   }
   GatedDeltaRuleParams rule = rule_params<GatedDeltaRuleParams>(p, q, k, v, g, beta, core);

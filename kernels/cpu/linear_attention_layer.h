@@ -74,6 +74,10 @@ struct LinearAttentionLayerParams {
   // W-1] (causal_conv1d_checkpoints). Not with decode.
   const StateCheckpoints* checkpoints = nullptr;
   float* conv_checkpoint_pool = nullptr;
+  // Optional, with decode: both states after every token (multi-token decode, docs/serving.md,
+  // cache=spec): fp32 [num_seqs, decode_tokens, HV, K, V] and [num_seqs, decode_tokens, D, W-1].
+  float* token_states = nullptr;
+  float* token_conv_states = nullptr;
   int num_threads = 0;  // 0: all hardware threads
 };
 

@@ -56,12 +56,14 @@ OpSchema layer_schema() {
           choice("state", "rand", {"none", "rand", "mixed"},
                  "initial recurrent and conv states: none (zeros) | rand (random) | mixed "
                  "(alternating)"),
-          choice("cache", "prefill",
-                 {"none", "prefill", "decode", "chunked", "dynamic", "pool", "accept", "ckpt"},
-                 "as for gdr; conv states are carried with recurrent states | pool: both in "
-                 "slot-addressed pools, has_initial_state, padding entries | accept: speculative "
-                 "verify, the conv window rolled to the accepted token | ckpt: both states at "
-                 "every block boundary into pool rows (docs/serving.md)"),
+          choice(
+              "cache", "prefill",
+              {"none", "prefill", "decode", "chunked", "dynamic", "pool", "accept", "ckpt", "spec"},
+              "as for gdr; conv states are carried with recurrent states | pool: both in "
+              "slot-addressed pools, has_initial_state, padding entries | accept: speculative "
+              "verify, the conv window rolled to the accepted token | ckpt: both states at "
+              "every block boundary into pool rows | spec: multi-token decode keeping both "
+              "states after every token (docs/serving.md)"),
           integer("calls", "3", 1, 2048,
                   "chunked: pieces per sequence; dynamic: decode steps; pool: padding entries; "
                   "ckpt: block size in tokens (2..2048; other modes: at most 64)"),

@@ -14,7 +14,8 @@ namespace deltacheck::ops::layer {
 int64_t pool_size(const Params& p) { return p.N + p.N / 2 + 1; }
 
 std::vector<int32_t> pool_slots(const Params& p) {
-  return slot_table(p.N, std::min(p.calls, p.N - 1), pool_size(p), p.seed);
+  const int64_t padding = p.cache == Cache::kPool ? std::min(p.calls, p.N - 1) : 0;
+  return slot_table(p.N, padding, pool_size(p), p.seed);
 }
 
 std::vector<int32_t> has_initial_state(const Params& p) {
@@ -55,13 +56,14 @@ std::string check_serving(const Params& p) {
     return "calls must be <= 64 for cache=" +
            std::string(kCacheNames[static_cast<size_t>(p.cache)]) +
            " (only cache=ckpt takes block sizes up to 2048)";
-  if (p.cache != Cache::kAccept) return "";
+  if (p.cache != Cache::kAccept && p.cache != Cache::kSpec) return "";
+  const std::string mode = kCacheNames[static_cast<size_t>(p.cache)];
   for (int64_t l : p.layout.lengths)
     if (l != p.layout.lengths[0])
-      return "cache=accept needs sequences of equal length (packed[T*N]: N sequences of 1 + k "
+      return "cache=" + mode + " needs sequences of equal length (packed[T*N]: N sequences of T " +
              "tokens)";
   if (p.state == State::kNone)
-    return "cache=accept reads states from a pool: state must not be none";
+    return "cache=" + mode + " reads states from a pool: state must not be none";
   return "";
 }
 
@@ -139,6 +141,7 @@ void generate_serving(const Params& p, cases::TensorMap& m) {
   const std::vector<int32_t> slots = pool_slots(p), has = has_initial_state(p);
   std::copy(slots.begin(), slots.end(),
             m.add(Tensor("state_slots", DType::kI32, {p.N})).as<int32_t>());
+  if (p.cache == Cache::kSpec) return;  // every request continues
   std::copy(has.begin(), has.end(),
             m.add(Tensor("has_initial_state", DType::kI32, {p.N})).as<int32_t>());
 }
@@ -180,19 +183,29 @@ std::vector<OutputSpec> serving_outputs(const Params& p) {
   pool.shape[0] = conv.shape[0] = rows;
   pool.must_be_unchanged = untouched(rows, per, used);
   conv.must_be_unchanged = untouched(rows, per_conv, conv_used);
-  return {o, pool, conv};
+  if (p.cache != Cache::kSpec) return {o, pool, conv};
+  const int64_t T = p.layout.lengths[0];
+  return {o,
+          pool,
+          conv,
+          {"token_states", DType::kF32, {p.N, T, p.HV, p.K, p.V}, p.dtype, 2.0},
+          {"token_conv_states", DType::kF32, {p.N, T, p.D, p.W - 1}}};
 }
 
 std::vector<SeqSlice> serving_slices(const Params& p, const std::string& output) {
   const auto cu = p.layout.cu_seqlens();
-  const int64_t per = output == "state_pool" ? state_size(p) : p.D * conv_state_columns(p);
+  const int64_t per = output == "state_pool" || output == "token_states"
+                          ? state_size(p)
+                          : p.D * conv_state_columns(p);
   std::vector<SeqSlice> s;
   const bool accept = p.cache == Cache::kAccept, ckpt = p.cache == Cache::kCkpt;
   const PoolRows r = accept ? accept_rows(p) : ckpt ? ckpt_rows(p) : PoolRows{};
-  const std::vector<int32_t> slots =
-      p.cache == Cache::kPool ? pool_slots(p) : std::vector<int32_t>{};
+  const std::vector<int32_t> slots = accept || ckpt ? std::vector<int32_t>{} : pool_slots(p);
   for (int64_t i = 0; i < p.N; ++i) {
-    if (output == "o") {
+    if (output == "token_states" || output == "token_conv_states") {
+      const int64_t T = p.layout.lengths[0];
+      s.push_back({i, i * T * per, (i + 1) * T * per, per});
+    } else if (output == "o") {
       s.push_back({i, cu[i] * p.HV * p.V, cu[i + 1] * p.HV * p.V, p.HV * p.V});
     } else if (ckpt || (accept && output == "state_pool")) {
       s.push_back({i, r.first[i] * per, (r.first[i] + r.count[i]) * per, 0});
@@ -237,27 +250,35 @@ Values evaluate_pool(const cases::Case& c, const cases::TensorMap& in, const Eva
   return out;
 }
 
-// cache=accept: every prefix of every sequence from the accepted row and the accepted conv
-// window, the prefix of t tokens giving token t - 1's state; the conv row is the window shifted
-// by one with the call's tokens after it (copies of inputs).
-Values evaluate_accept(const cases::Case& c, const cases::TensorMap& in, const Evaluate& eval) {
+// cache=accept and spec: every prefix of every sequence from its start state and conv window,
+// the prefix of t tokens giving token t - 1's states. accept: from the accepted row and window,
+// each token's state into its row, the conv row the window shifted by one with the call's tokens
+// after it (copies of inputs); spec: from the sequence's rows, every token's states kept, the
+// last token's into the rows.
+Values evaluate_verify(const cases::Case& c, const cases::TensorMap& in, const Evaluate& eval) {
   const Params d = decode(c);
-  const int64_t T = d.layout.lengths[0], per = state_size(d), W = d.W;
+  const bool spec = d.cache == Cache::kSpec;
+  const int64_t T = d.layout.lengths[0], per = state_size(d), W = d.W, win = d.D * (W - 1);
   const int64_t cols = conv_state_columns(d), per_conv = d.D * cols;
-  const int32_t* idx = in.at("state_indices").as<int32_t>();
-  const int32_t* acc = in.at("num_accepted_tokens").as<int32_t>();
+  const int32_t* idx = in.at(spec ? "state_slots" : "state_indices").as<int32_t>();
+  const int32_t* acc = spec ? nullptr : in.at("num_accepted_tokens").as<int32_t>();
   const std::vector<double> pool = in.at("state_pool").to_double(),
                             conv = in.at("conv_state_pool").to_double(),
                             qkv = in.at("qkv").to_double();
   Values out{{"o", std::vector<double>(static_cast<size_t>(d.T * d.HV * d.V), 0.0)},
              {"state_pool", pool},
              {"conv_state_pool", conv}};
+  if (spec) {
+    out["token_states"].assign(static_cast<size_t>(d.N * T * per), 0.0);
+    out["token_conv_states"].assign(static_cast<size_t>(d.N * T * win), 0.0);
+  }
   std::vector<Piece> pieces;
   PieceState states{"initial_state", {d.HV, d.K, d.V}, {}};
   PieceState windows{"initial_conv_state", {d.D, W - 1}, {}};
   for (int64_t s = 0; s < d.N; ++s) {
-    const int64_t a = acc[s], from = idx[s * T + a - 1], row = idx[s * T];
-    std::vector<double> window(static_cast<size_t>(d.D * (W - 1)));
+    const int64_t a = spec ? 1 : acc[s], row = spec ? idx[s] : idx[s * T];
+    const int64_t from = spec ? idx[s] : idx[s * T + a - 1];
+    std::vector<double> window(static_cast<size_t>(win));
     for (int64_t ch = 0; ch < d.D; ++ch)
       for (int64_t j = 0; j < W - 1; ++j)
         window[ch * (W - 1) + j] = conv[row * per_conv + ch * cols + a - 1 + j];
@@ -266,6 +287,7 @@ Values evaluate_accept(const cases::Case& c, const cases::TensorMap& in, const E
       states.rows.emplace_back(pool.begin() + from * per, pool.begin() + (from + 1) * per);
       windows.rows.push_back(window);
     }
+    if (spec) continue;
     double* dst = out["conv_state_pool"].data() + row * per_conv;
     for (int64_t ch = 0; ch < d.D; ++ch) {
       for (int64_t j = 0; j + 1 < W - 1; ++j) dst[ch * cols + j] = window[ch * (W - 1) + j + 1];
@@ -278,9 +300,18 @@ Values evaluate_accept(const cases::Case& c, const cases::TensorMap& in, const E
   scatter_pieces(d.layout, pieces, d.HV * d.V, r.at("o"), out["o"],
                  [T](const Piece& p) { return p.length == T; });
   for (size_t i = 0; i < pieces.size(); ++i) {
-    const int32_t row = idx[pieces[i].seq * T + pieces[i].length - 1];
-    std::copy_n(r.at("final_state").begin() + static_cast<int64_t>(i) * per, per,
-                out["state_pool"].begin() + row * per);
+    const int64_t s = pieces[i].seq, t = pieces[i].length - 1;
+    auto state = r.at("final_state").begin() + static_cast<int64_t>(i) * per;
+    auto conv_state = r.at("final_conv_state").begin() + static_cast<int64_t>(i) * win;
+    if (!spec) {
+      std::copy_n(state, per, out["state_pool"].begin() + idx[s * T + t] * per);
+      continue;
+    }
+    std::copy_n(state, per, out["token_states"].begin() + (s * T + t) * per);
+    std::copy_n(conv_state, win, out["token_conv_states"].begin() + (s * T + t) * win);
+    if (t + 1 < T) continue;
+    std::copy_n(state, per, out["state_pool"].begin() + idx[s] * per);
+    std::copy_n(conv_state, win, out["conv_state_pool"].begin() + idx[s] * per_conv);
   }
   return out;
 }
@@ -337,7 +368,7 @@ Values evaluate_ckpt(const cases::Case& c, const cases::TensorMap& in, const Eva
 Values evaluate_serving(const cases::Case& c, const cases::TensorMap& in, const Evaluate& eval) {
   const Cache mode = decode(c).cache;
   if (mode == Cache::kCkpt) return evaluate_ckpt(c, in, eval);
-  return mode == Cache::kAccept ? evaluate_accept(c, in, eval) : evaluate_pool(c, in, eval);
+  return mode == Cache::kPool ? evaluate_pool(c, in, eval) : evaluate_verify(c, in, eval);
 }
 
 void serving_suite(SuiteBuilder& b, Tier t) {
@@ -358,7 +389,11 @@ void serving_suite(SuiteBuilder& b, Tier t) {
   // Block checkpoints of both states, blocks of 2: shorter than the conv window W-1 = 3, so a
   // block end's conv state reaches back into the block before.
   add({{"layout", "packed[7,0,2,5]"}, {"cache", "ckpt"}, {"calls", "2"}});
+  // Multi-token decode keeping both states after every token.
+  add({{"layout", "packed[4*5]"}, {"cache", "spec"}});
   if (t == Tier::kSmoke) return;
+  add({{"layout", "packed[6*3]"}, {"cache", "spec"}, {"dtype", "bf16"}});
+  add({{"layout", "packed[2*7]"}, {"cache", "spec"}, {"dtype", "fp16"}, {"W", "3"}});
   add({{"layout", "single[1]"}, {"cache", "pool"}, {"state", "none"}});
   add({{"layout", "packed[1,5,1,9,1]"}, {"cache", "pool"}, {"state", "none"}, {"calls", "1"}});
   add({{"layout", "packed[1*8]"},

@@ -29,6 +29,11 @@
 // the conv state (the last W-1 inputs) after the block's last token, or after the sequence's last
 // token for the block that holds it; -1 past a sequence's blocks. Blocks shorter than W-1 make
 // the conv state of a block end reach back into earlier blocks or the initial conv state.
+// cache=spec (multi-token decode, SGLang's per-draft-token states): N sequences of T tokens
+// (packed[T*N]) on rows state_slots [N] of both pools (no padding); outputs the pools after the
+// call (each row: the states after the sequence's last token), token_states [N, T, HV, K, V] and
+// token_conv_states [N, T, D, W-1], both states after every token, so that a runtime can resume
+// from any accepted one.
 #pragma once
 
 #include <string>

@@ -25,7 +25,8 @@ std::vector<cases::Case> serving_cases() {
     const std::string& cache = c.get("cache");
     const bool one_token_calls = c.layout().kind == cases::Layout::Kind::kSingle &&
                                  (cache == "decode" || cache == "dynamic");
-    if (cache == "pool" || cache == "accept" || cache == "ckpt" || one_token_calls)
+    if (cache == "pool" || cache == "accept" || cache == "ckpt" || cache == "spec" ||
+        one_token_calls)
       out.push_back(c);
   }
   return out;
@@ -37,6 +38,7 @@ TEST(LayerServing, TheGateHoldsEachModeAndTheCpuBackendAndThePanelPassIt) {
   EXPECT_GE(per_mode["pool"], 5);
   EXPECT_GE(per_mode["accept"], 5);
   EXPECT_GE(per_mode["ckpt"], 3);
+  EXPECT_GE(per_mode["spec"], 3);
   EXPECT_GE(per_mode["decode"] + per_mode["dynamic"], 4);
   for (const char* name : {"cpu", "right:recurrent", "right:chunked", "right:chunked-lowp"}) {
     auto b = make_backend(name);
@@ -53,6 +55,7 @@ bool bug_can_show(const std::string& backend, const cases::Case& c) {
   const int64_t T = L.lengths[0], W = c.get_int("W");
   if (backend == "wrong:layer-conv-offset") return T > 1;         // partial acceptance in the batch
   if (backend == "wrong:layer-accept-clamped") return T > W - 1;  // a count above W - 1
+  if (backend == "wrong:layer-spec-conv-last") return T > 1;      // a token before the last
   if (backend == "wrong:layer-ckpt-conv-stale") {  // a block that ends inside a sequence
     for (int64_t len : L.lengths)
       if (len > c.get_int("calls")) return true;
@@ -71,9 +74,9 @@ bool bug_can_show(const std::string& backend, const cases::Case& c) {
 }
 
 TEST(LayerServing, EachWrongBackendFailsWhereItsBugCanShow) {
-  for (const char* name :
-       {"wrong:layer-conv-offset", "wrong:layer-accept-clamped", "wrong:layer-dirty-slot",
-        "wrong:conv-update-no-shift", "wrong:layer-ckpt-conv-stale"}) {
+  for (const char* name : {"wrong:layer-conv-offset", "wrong:layer-accept-clamped",
+                           "wrong:layer-dirty-slot", "wrong:conv-update-no-shift",
+                           "wrong:layer-ckpt-conv-stale", "wrong:layer-spec-conv-last"}) {
     auto b = make_backend(name);
     int caught = 0;
     for (const cases::Case& c : serving_cases()) {

@@ -184,5 +184,33 @@ TEST(LayerServing, CheckpointRowsHoldTheConvStateAtEveryBlockEnd) {
   EXPECT_EQ(checked, 4 + 1 + 3);
 }
 
+// A multi-token decode keeps the conv state after every token: the W-1 inputs ending at it,
+// reaching into the row the sequence started from (the FP64 conv of that prefix says what).
+TEST(LayerServing, SpecKeepsTheConvStateAfterEveryToken) {
+  const Case c = Case::parse("layer(layout=packed[4*5],cache=spec,seed=41)");
+  const Params p = decode(c);
+  const cases::TensorMap in = cases::generate_inputs(c);
+  const Values v = operation().oracle(c, in);
+  const int64_t T = 4, W = p.W, D = p.D, per = D * (W - 1);
+  const int32_t* slots = in.at("state_slots").as<int32_t>();
+  const std::vector<double> qkv = in.at("qkv").to_double(),
+                            weight = in.at("conv_weight").to_double(),
+                            pool = in.at("conv_state_pool").to_double();
+  for (int64_t s = 0; s < p.N; ++s)
+    for (int64_t t = 0; t < T; ++t) {
+      reference::CausalConv1dArgs ca;
+      ca.seq_len = t + 1;
+      ca.channels = D;
+      ca.width = W;
+      ca.x = qkv.data() + s * T * D;
+      ca.weight = weight.data();
+      ca.initial_state = pool.data() + slots[s] * per;
+      const auto ref = reference::causal_conv1d(ca);
+      for (int64_t j = 0; j < per; ++j)
+        ASSERT_EQ(v.at("token_conv_states")[(s * T + t) * per + j], ref.final_state[j])
+            << "seq " << s << ", token " << t << ", element " << j;
+    }
+}
+
 }  // namespace
 }  // namespace deltacheck::ops::layer
