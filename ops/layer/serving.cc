@@ -161,11 +161,9 @@ std::vector<OutputSpec> serving_outputs(const Params& p) {
     conv_used = used;
     for (int64_t s = 0; s < p.N; ++s) {
       for (int64_t row : r.rows_of[s]) used[row] = true;
-      if (!accept)
-        conv_used = used;  // ckpt: every block's conv row too
-      else
-        conv_used[r.rows_of[s][0]] = true;
+      if (accept) conv_used[r.rows_of[s][0]] = true;  // a verify's conv row is column 0's
     }
+    if (!accept) conv_used = used;  // ckpt: every block's conv row too
   } else {
     rows = pool_size(p);
     used.assign(static_cast<size_t>(rows), false);
