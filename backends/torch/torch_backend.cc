@@ -292,7 +292,7 @@ Status mask_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::D
 // ---- layer: kernels::torch::linear_attention_layer ------------------------------------------
 
 Support layer_supports(const Case& c) {
-  if (ops::layer::decode(c).serving())
+  if (c.op() == "layer" && ops::layer::decode(c).serving())
     return Support::No("the LibTorch layer has no state pools (cache=pool, accept)");
   return Support::Yes();
 }
