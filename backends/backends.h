@@ -28,6 +28,8 @@ std::vector<std::unique_ptr<Backend>> make_wrong_regime_backends();
 std::vector<std::unique_ptr<Backend>> make_wrong_long_backends();
 // Deliberately wrong serving runtimes around the cpu kernels (wrong_serve_backends.cc).
 std::vector<std::unique_ptr<Backend>> make_wrong_serve_backends();
+// Deliberately wrong handling of the layer's serving state (wrong_layer_serving_backends.cc).
+std::vector<std::unique_ptr<Backend>> make_wrong_layer_serving_backends();
 // The cpu backend's layer cases, and the conv that reads across a boundary (cpu_layer.cc); the
 // layer kernel's parameters pointing into a layer (or layer_grad) case's inputs, no outputs.
 kernels::cpu::LinearAttentionLayerParams layer_inputs(const ops::layer::Params& d,

@@ -1,7 +1,9 @@
 // The cpu backend's layer cases (kernels/cpu/linear_attention_layer; one-token decode calls take
 // its decode step: causal_conv1d_update and recurrent_decode), and the deliberately wrong conv that
 // reads across a packed boundary.
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "backends/backends.h"
 #include "kernels/cpu/linear_attention_layer.h"
@@ -54,6 +56,59 @@ kernels::cpu::LinearAttentionLayerParams layer_params(const cases::Case& c,
   return p;
 }
 
+// cache=pool, accept, ckpt and spec (ops/layer/serving.h): in place on copies of the pools. A pool
+// call whose sequences have one token each is a decode batch (causal_conv1d_update,
+// recurrent_decode), as vLLM routes it; it must honour has_initial_state as the prefill does. A
+// verify is a decode of 1 + k tokens per sequence with state_indices and num_accepted_tokens.
+Status run_cpu_layer_serving(const cases::Case& c, const cases::TensorMap& in,
+                             cases::TensorMap& out) {
+  const ops::layer::Params d = ops::layer::decode(c);
+  kernels::cpu::LinearAttentionLayerParams p = layer_inputs(d, in);
+  p.out = out.at("o").data();
+  cases::Tensor &pool = out.at("state_pool"), &conv = out.at("conv_state_pool");
+  std::memcpy(pool.data(), in.at("state_pool").data(), pool.nbytes());
+  std::memcpy(conv.data(), in.at("conv_state_pool").data(), conv.nbytes());
+  if (d.cache == ops::layer::Cache::kCkpt) {  // the prefill, its checkpoints into the pools
+    const cases::Tensor& slots = in.at("block_slots");
+    kernels::cpu::StateCheckpoints ck;
+    ck.block_size = d.calls;
+    ck.block_slots = slots.as<int32_t>();
+    ck.max_blocks = slots.shape()[1];
+    ck.pool = pool.as<float>();
+    ck.num_rows = pool.shape()[0];
+    p.checkpoints = &ck;
+    p.conv_checkpoint_pool = conv.as<float>();
+    return kernels::cpu::linear_attention_layer(p);
+  }
+  p.initial_state = p.final_state = pool.as<float>();
+  p.initial_conv_state = p.final_conv_state = conv.as<float>();
+  p.num_state_rows = pool.shape()[0];
+  if (d.cache == ops::layer::Cache::kAccept) {
+    p.decode = true;
+    p.decode_tokens = d.layout.lengths[0];
+    p.state_indices = in.at("state_indices").as<int32_t>();
+    p.num_accepted_tokens = in.at("num_accepted_tokens").as<int32_t>();
+    p.conv_state_columns = conv.shape()[2];
+    if (!p.cu_seqlens) p.num_seqs = 1;
+    return kernels::cpu::linear_attention_layer(p);
+  }
+  p.state_slots = in.at("state_slots").as<int32_t>();
+  if (d.cache == ops::layer::Cache::kSpec) {  // a decode of T tokens, every token's states kept
+    p.decode = true;
+    p.decode_tokens = d.layout.lengths[0];
+    p.token_states = out.at("token_states").as<float>();
+    p.token_conv_states = out.at("token_conv_states").as<float>();
+    return kernels::cpu::linear_attention_layer(p);
+  }
+  const cases::Tensor& has = in.at("has_initial_state");
+  std::vector<uint8_t> flags(static_cast<size_t>(has.numel()));
+  for (int64_t i = 0; i < has.numel(); ++i) flags[i] = has.as<int32_t>()[i] != 0;
+  p.has_initial_state = flags.data();
+  const auto& l = d.layout.lengths;
+  p.decode = std::all_of(l.begin(), l.end(), [](int64_t n) { return n == 1; });
+  return kernels::cpu::linear_attention_layer(p);
+}
+
 class ConvReadsPrevious : public Backend {
  public:
   std::string name() const override { return "wrong:conv-reads-previous"; }
@@ -63,8 +118,8 @@ class ConvReadsPrevious : public Backend {
   }
   bool deliberately_wrong() const override { return true; }
   Support supports(const cases::Case& c) const override {
-    if (c.op() == "layer") return Support::Yes();
-    return Support::No("layer cases only");
+    if (c.op() == "layer" && !ops::layer::decode(c).serving()) return Support::Yes();
+    return Support::No("layer cases outside the pools (cache=pool, accept) only");
   }
   Status run(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) override {
     const cases::Tensor* cu = in.find("cu_seqlens");
@@ -96,6 +151,7 @@ class ConvReadsPrevious : public Backend {
 }  // namespace
 
 Status run_cpu_layer_case(const cases::Case& c, const cases::TensorMap& in, cases::TensorMap& out) {
+  if (ops::layer::decode(c).serving()) return run_cpu_layer_serving(c, in, out);
   return kernels::cpu::linear_attention_layer(layer_params(c, in, out));
 }
 

@@ -203,6 +203,8 @@ std::vector<std::unique_ptr<Backend>> make_wrong_backends() {
   for (auto& b : make_wrong_long_backends()) v.push_back(std::move(b));    // long sequences
   for (auto& b : make_wrong_grad_backends()) v.push_back(std::move(b));    // backwards
   for (auto& b : make_wrong_layer_grad_backends()) v.push_back(std::move(b));
+  // The layer's serving state (wrong_layer_serving_backends.cc).
+  for (auto& b : make_wrong_layer_serving_backends()) v.push_back(std::move(b));
   return v;
 }
 

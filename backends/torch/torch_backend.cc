@@ -291,7 +291,11 @@ Status mask_run(const Case& c, const TensorMap& in, TensorMap& out, const c10::D
 
 // ---- layer: kernels::torch::linear_attention_layer ------------------------------------------
 
-Support layer_supports(const Case&) { return Support::Yes(); }  // every cache mode
+Support layer_supports(const Case& c) {
+  if (c.op() == "layer" && ops::layer::decode(c).serving())
+    return Support::No("the LibTorch layer has no state pools (cache=pool, accept)");
+  return Support::Yes();
+}
 
 // The layer's weights from the case's tensors, each made by `tensor(name)` (a copy on the device,
 // or an autograd leaf).

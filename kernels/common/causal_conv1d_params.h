@@ -54,10 +54,22 @@ struct CausalConv1dUpdateParams {
   const float* weight = nullptr;  // [D, W]
   const float* bias = nullptr;    // [D] or nullptr
   bool silu = true;
-  float* state = nullptr;                // fp32 [num_state_rows, D, W-1], read and shifted in place
+  float* state = nullptr;                // fp32 [num_state_rows, D, C], read and shifted in place
   const int32_t* state_slots = nullptr;  // [N]; nullptr: sequence i uses row i; negative: padding
   int64_t num_state_rows = 0;            // 0: = N
-  int num_threads = 0;                   // CPU kernels; the CUDA kernels ignore it
+  // Several tokens per sequence (x, out [N, tokens, D]) and a row of C >= W-1 columns (0: W-1),
+  // as vLLM's causal_conv1d_update takes a speculative verify (docs/serving.md, cache=accept):
+  // sequence i's window is columns [a - 1, a - 1 + W - 1) of its row, a = num_accepted_tokens[i]
+  // (nullptr: a = 1), and the row afterwards holds the last C of (columns [0, a - 1 + W - 1), then
+  // the call's tokens). C may be W - 1 .. W - 2 + tokens, a 1 .. C - W + 2. The defaults are the
+  // one-token decode step: window = the row, shifted by the token.
+  int64_t tokens_per_seq = 1;
+  int64_t state_columns = 0;
+  const int32_t* num_accepted_tokens = nullptr;
+  // Optional fp32 [N, tokens, D, W-1]: the conv state after each token (its last W-1 inputs), so a
+  // caller that accepts only the first m tokens can resume from token_states[i, m - 1].
+  float* token_states = nullptr;
+  int num_threads = 0;  // CPU kernels; the CUDA kernels ignore it
 };
 
 }  // namespace deltacheck::kernels

@@ -131,18 +131,28 @@ Status run_conv(const CausalConv1dParams& p) {
 template <int W>
 void update_rows(const CausalConv1dUpdateParams& p, int64_t seq, int64_t row, int64_t c0,
                  int64_t c1) {
-  const int64_t D = p.channels;
-  float* state = p.state + row * D * (W - 1);
+  const int64_t D = p.channels, n = p.tokens_per_seq;
+  const int64_t C = p.state_columns > 0 ? p.state_columns : W - 1;
+  const int64_t off = p.num_accepted_tokens ? p.num_accepted_tokens[seq] - 1 : 0;
+  float* state = p.state + row * D * C;
+  std::vector<float> buf(static_cast<size_t>(off + W - 1 + n));  // the row's window, then x
   for (int64_t d = c0; d < c1; ++d) {
-    float* st = state + d * (W - 1);
+    float* st = state + d * C;
     const float* w = p.weight + d * W;
-    const float x = load_as_float(p.x, p.dtype, seq * D + d);
-    float acc = p.bias ? p.bias[d] : 0.0f;
-    for (int j = 0; j < W - 1; ++j) acc += w[j] * st[j];
-    acc += w[W - 1] * x;
-    store_from_float(p.out, p.dtype, seq * D + d, p.silu ? silu(acc) : acc);
-    for (int j = 0; j < W - 2; ++j) st[j] = st[j + 1];
-    st[W - 2] = x;
+    std::copy(st, st + off + W - 1, buf.begin());
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t at = (seq * n + t) * D + d;
+      const float x = load_as_float(p.x, p.dtype, at);
+      buf[off + W - 1 + t] = x;
+      const float* win = &buf[off + t];
+      float acc = p.bias ? p.bias[d] : 0.0f;
+      for (int j = 0; j < W - 1; ++j) acc += w[j] * win[j];
+      acc += w[W - 1] * x;
+      store_from_float(p.out, p.dtype, at, p.silu ? silu(acc) : acc);
+      if (p.token_states)  // the W-1 inputs ending at token t
+        std::copy(win + 1, win + W, p.token_states + ((seq * n + t) * D + d) * (W - 1));
+    }
+    std::copy(buf.end() - C, buf.end(), st);
   }
 }
 
@@ -173,6 +183,41 @@ Status causal_conv1d(const CausalConv1dParams& p) {
   }
 }
 
+Status causal_conv1d_checkpoints(const CausalConv1dParams& p, int64_t block_size,
+                                 const int32_t* block_slots, int64_t max_blocks, float* pool,
+                                 int64_t num_rows) {
+  if (Status st = check(p); !st.ok()) return st;
+  if (block_size < 1 || !block_slots || !pool || max_blocks < 1)
+    return Status::InvalidArgument("checkpoints need block_size >= 1, block_slots and a pool");
+  const int64_t n = p.cu_seqlens ? p.num_seqs : p.batch, D = p.channels, W = p.width;
+  for (int64_t i = 0; i < n * max_blocks; ++i)
+    if (block_slots[i] >= num_rows)
+      return Status::InvalidArgument("block_slots[" + std::to_string(i) +
+                                     "] = " + std::to_string(block_slots[i]) +
+                                     " >= " + std::to_string(num_rows) + " rows");
+  core::parallel_for(n, p.num_threads, [&](int64_t i) {
+    const int64_t row = p.state_slots ? p.state_slots[i] : i;
+    if (row < 0) return;  // padding entry
+    const bool has_state = p.initial_state && (!p.has_initial_state || p.has_initial_state[i]);
+    const float* state = has_state ? p.initial_state + row * D * (W - 1) : nullptr;
+    const int64_t first = p.cu_seqlens ? p.cu_seqlens[i] : i * p.seq_len;
+    const int64_t len = p.cu_seqlens ? p.cu_seqlens[i + 1] - p.cu_seqlens[i] : p.seq_len;
+    for (int64_t b = 0; b < max_blocks && b * block_size < len; ++b) {
+      const int32_t slot = block_slots[i * max_blocks + b];
+      if (slot < 0) continue;
+      const int64_t end = std::min(len, (b + 1) * block_size);
+      float* dst = pool + slot * D * (W - 1);
+      for (int64_t d = 0; d < D; ++d)
+        for (int64_t j = 0; j < W - 1; ++j) {
+          const int64_t t = end - (W - 1) + j;  // < 0: the initial state's column W-1 + t
+          dst[d * (W - 1) + j] = t >= 0 ? load_as_float(p.x, p.dtype, (first + t) * D + d)
+                                        : (state ? state[d * (W - 1) + (W - 1) + t] : 0.0f);
+        }
+    }
+  });
+  return Status::Ok();
+}
+
 Status causal_conv1d_update(const CausalConv1dUpdateParams& p) {
   if (p.num_seqs < 0 || p.channels < 1)
     return Status::InvalidArgument("num_seqs must be >= 0 and channels >= 1");
@@ -183,6 +228,16 @@ Status causal_conv1d_update(const CausalConv1dUpdateParams& p) {
     return Status::InvalidArgument("x, out, weight and state are required");
   const int64_t rows = p.num_state_rows > 0 ? p.num_state_rows : p.num_seqs;
   if (Status st = check_state_slots(p.state_slots, p.num_seqs, rows, true); !st.ok()) return st;
+  const int64_t C = p.state_columns > 0 ? p.state_columns : p.width - 1;
+  if (p.tokens_per_seq < 1 || C < p.width - 1 || C > p.width - 2 + p.tokens_per_seq)
+    return Status::InvalidArgument("state_columns must be in W-1 .. W-2+tokens_per_seq (" +
+                                   std::to_string(C) + " with W=" + std::to_string(p.width) + ", " +
+                                   std::to_string(p.tokens_per_seq) + " tokens)");
+  for (int64_t i = 0; p.num_accepted_tokens && i < p.num_seqs; ++i)
+    if (p.num_accepted_tokens[i] < 1 || p.num_accepted_tokens[i] > C - p.width + 2)
+      return Status::InvalidArgument("num_accepted_tokens[" + std::to_string(i) +
+                                     "] = " + std::to_string(p.num_accepted_tokens[i]) + " (1.." +
+                                     std::to_string(C - p.width + 2) + ")");
   switch (p.width) {
     case 2:
       return run_update<2>(p);

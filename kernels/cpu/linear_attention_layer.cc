@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/parallel_for.h"
+#include "kernels/common/serving_rows.h"
 #include "kernels/cpu/causal_conv1d.h"
 #include "kernels/cpu/gated_delta_rule.h"
 #include "kernels/cpu/gated_rms_norm.h"
@@ -37,12 +38,27 @@ Status check(const LinearAttentionLayerParams& p) {
   if (p.cu_seqlens)
     if (Status st = check_cu_seqlens(p.cu_seqlens, p.num_seqs, p.seq_len); !st.ok()) return st;
   const int64_t n = p.cu_seqlens ? p.num_seqs : 1;
+  if (p.decode_tokens < 1) return Status::InvalidArgument("decode_tokens must be >= 1");
+  if (p.checkpoints && (p.decode || !p.conv_checkpoint_pool))
+    return Status::InvalidArgument("checkpoints need a prefill and conv_checkpoint_pool");
   if (p.decode)
     for (int64_t i = 0; i < n; ++i)
-      if ((p.cu_seqlens ? p.cu_seqlens[i + 1] - p.cu_seqlens[i] : p.seq_len) != 1)
+      if ((p.cu_seqlens ? p.cu_seqlens[i + 1] - p.cu_seqlens[i] : p.seq_len) != p.decode_tokens)
         return Status::InvalidArgument(
-            "decode takes one token per sequence; sequence " + std::to_string(i) + " has " +
+            "decode takes " + std::to_string(p.decode_tokens) +
+            " token(s) per sequence; sequence " + std::to_string(i) + " has " +
             std::to_string(p.cu_seqlens ? p.cu_seqlens[i + 1] - p.cu_seqlens[i] : p.seq_len));
+  if (p.state_indices) {
+    if (!p.decode || !p.num_accepted_tokens || !p.final_state || !p.final_conv_state)
+      return Status::InvalidArgument(
+          "state_indices needs decode, num_accepted_tokens and both final state pools");
+    if ((p.initial_state && p.initial_state != p.final_state) ||
+        (p.initial_conv_state && p.initial_conv_state != p.final_conv_state))
+      return Status::InvalidArgument("a speculative verify runs in place on its pools");
+    const int64_t rows = p.num_state_rows > 0 ? p.num_state_rows : n;
+    return check_serving_rows(p.state_indices, p.num_accepted_tokens, nullptr, nullptr, n,
+                              p.decode_tokens, rows);
+  }
   const bool any_state =
       p.initial_state || p.final_state || p.initial_conv_state || p.final_conv_state;
   if (!any_state) return Status::Ok();
@@ -82,7 +98,7 @@ float* decode_rows(const LinearAttentionLayerParams& p, const float* initial, fl
     const int64_t row = p.state_slots ? p.state_slots[i] : i;
     if (row < 0) continue;  // padding entry
     float* dst = work + row * per_row;
-    if (!initial)
+    if (!initial || (p.has_initial_state && !p.has_initial_state[i]))
       std::fill(dst, dst + per_row, 0.0f);
     else if (initial + row * per_row != dst)
       std::copy(initial + row * per_row, initial + (row + 1) * per_row, dst);
@@ -113,9 +129,20 @@ Status conv_step(const LinearAttentionLayerParams& p, int64_t D, void* mixed) {
   if (p.decode) {
     std::vector<float> scratch;
     CausalConv1dUpdateParams u = conv_params<CausalConv1dUpdateParams>(p, D, mixed);
-    u.num_seqs = p.seq_len;
+    u.num_seqs = p.seq_len / p.decode_tokens;
+    u.tokens_per_seq = p.decode_tokens;
+    if (p.state_indices) {  // verify: the conv row is column 0's, in place
+      std::vector<int32_t> rows(static_cast<size_t>(u.num_seqs));
+      for (int64_t i = 0; i < u.num_seqs; ++i) rows[i] = p.state_indices[i * p.decode_tokens];
+      u.state = p.final_conv_state;
+      u.state_slots = rows.data();
+      u.state_columns = p.conv_state_columns;
+      u.num_accepted_tokens = p.num_accepted_tokens;
+      return causal_conv1d_update(u);
+    }
     u.state =
         decode_rows(p, p.initial_conv_state, p.final_conv_state, D * (p.conv_width - 1), scratch);
+    u.token_states = p.token_conv_states;
     return causal_conv1d_update(u);
   }
   CausalConv1dParams conv = conv_params<CausalConv1dParams>(p, D, mixed);
@@ -124,6 +151,13 @@ Status conv_step(const LinearAttentionLayerParams& p, int64_t D, void* mixed) {
   conv.num_seqs = p.num_seqs;
   conv.initial_state = p.initial_conv_state;
   conv.final_state = p.final_conv_state;
+  conv.has_initial_state = p.has_initial_state;
+  if (p.checkpoints)
+    if (Status st = causal_conv1d_checkpoints(conv, p.checkpoints->block_size,
+                                              p.checkpoints->block_slots, p.checkpoints->max_blocks,
+                                              p.conv_checkpoint_pool, p.checkpoints->num_rows);
+        !st.ok())
+      return st;
   return causal_conv1d(conv);
 }
 
@@ -149,12 +183,21 @@ Rule rule_params(const LinearAttentionLayerParams& p, const void* q, const void*
 // The gated delta rule over every token into `core`: the chunked kernel, or one decode step.
 Status rule_step(const LinearAttentionLayerParams& p, const void* q, const void* k, const void* v,
                  const float* g, const void* beta, void* core) {
+  const int64_t per = p.num_value_heads * p.key_dim * p.value_dim;
   if (p.decode) {
     std::vector<float> scratch;
     RecurrentDecodeParams r = rule_params<RecurrentDecodeParams>(p, q, k, v, g, beta, core);
-    r.num_seqs = p.seq_len;
-    r.state = decode_rows(p, p.initial_state, p.final_state,
-                          p.num_value_heads * p.key_dim * p.value_dim, scratch);
+    r.num_seqs = p.seq_len / p.decode_tokens;
+    r.tokens_per_seq = p.decode_tokens;
+    if (p.state_indices) {  // verify: from the accepted row, every token's state into its row
+      r.state = p.final_state;
+      r.state_slots = nullptr;
+      r.state_indices = p.state_indices;
+      r.num_accepted_tokens = p.num_accepted_tokens;
+      return recurrent_decode(r);
+    }
+    r.state = decode_rows(p, p.initial_state, p.final_state, per, scratch);
+    r.token_states = p.token_states;
     return recurrent_decode(r);
   }
   GatedDeltaRuleParams rule = rule_params<GatedDeltaRuleParams>(p, q, k, v, g, beta, core);
@@ -162,8 +205,22 @@ Status rule_step(const LinearAttentionLayerParams& p, const void* q, const void*
   rule.cu_seqlens = p.cu_seqlens;
   rule.num_seqs = p.num_seqs;
   rule.initial_state = p.initial_state;
+  // Sequences without an initial state read zero rows of a copy of the initial states.
+  std::vector<float> fresh;
+  if (p.has_initial_state && p.initial_state) {
+    const int64_t n = p.cu_seqlens ? p.num_seqs : 1;
+    const int64_t rows = p.num_state_rows > 0 ? p.num_state_rows : n;
+    fresh.assign(p.initial_state, p.initial_state + rows * per);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t row = p.state_slots ? p.state_slots[i] : i;
+      if (row >= 0 && !p.has_initial_state[i])
+        std::fill(fresh.begin() + row * per, fresh.begin() + (row + 1) * per, 0.0f);
+    }
+    rule.initial_state = fresh.data();
+  }
   rule.final_state = p.final_state;
   rule.chunk_size = p.chunk_size;
+  if (p.checkpoints) return chunked_gated_delta_rule(rule, *p.checkpoints);
   return chunked_gated_delta_rule(rule);
 }
 

@@ -13,6 +13,7 @@
 
 #include "core/half.h"
 #include "core/status.h"
+#include "kernels/cpu/gated_delta_rule.h"
 
 namespace deltacheck::kernels::cpu {
 
@@ -49,10 +50,34 @@ struct LinearAttentionLayerParams {
   int64_t num_state_rows = 0;  // rows of the state buffers, for bounds checks (0: = num_seqs)
   float scale = 0.0f;          // <= 0: K^-0.5
   int64_t chunk_size = 64;
-  // Every sequence has exactly one token: causal_conv1d_update and recurrent_decode, updating the
-  // final state rows in place (seeded from the initial rows, or zeros); without final buffers the
-  // updated states go to a scratch copy.
+  // Every sequence has exactly decode_tokens tokens (1: a decode step): causal_conv1d_update and
+  // recurrent_decode, updating the final state rows in place (seeded from the initial rows, or
+  // zeros); without final buffers the updated states go to a scratch copy.
   bool decode = false;
+  int64_t decode_tokens = 1;
+  // [num_seqs] or nullptr: 0 = the sequence starts from zero recurrent and conv states whatever
+  // its rows hold (vLLM's has_initial_state: a new request on a recycled row; docs/serving.md, the
+  // has-initial-state contract), in the prefill and the decode step alike.
+  const uint8_t* has_initial_state = nullptr;
+  // Speculative verify (decode with decode_tokens = 1 + k; vLLM's spec decode of the layer,
+  // docs/serving.md, cache=accept): state_indices [num_seqs, decode_tokens] and
+  // num_accepted_tokens [num_seqs] as recurrent_decode takes them; the conv row of sequence i is
+  // row state_indices[i, 0] of conv rows of conv_state_columns (W - 2 + decode_tokens) columns,
+  // its window from column num_accepted_tokens[i] - 1 (causal_conv1d_update). In place: the
+  // initial state buffers are the final ones (or nullptr). state_slots is unused.
+  const int32_t* state_indices = nullptr;
+  const int32_t* num_accepted_tokens = nullptr;
+  int64_t conv_state_columns = 0;  // 0: W - 1
+  // Block checkpoints of a prefill (docs/serving.md, cache=ckpt): the recurrent state of every
+  // block into checkpoints->pool (chunked_gated_delta_rule's StateCheckpoints) and the conv state
+  // after the same token into the same row of conv_checkpoint_pool [checkpoints->num_rows, D,
+  // W-1] (causal_conv1d_checkpoints). Not with decode.
+  const StateCheckpoints* checkpoints = nullptr;
+  float* conv_checkpoint_pool = nullptr;
+  // Optional, with decode: both states after every token (multi-token decode, docs/serving.md,
+  // cache=spec): fp32 [num_seqs, decode_tokens, HV, K, V] and [num_seqs, decode_tokens, D, W-1].
+  float* token_states = nullptr;
+  float* token_conv_states = nullptr;
   int num_threads = 0;  // 0: all hardware threads
 };
 

@@ -11,6 +11,7 @@
 #include "ops/gdr/regimes.h"
 #include "ops/gdr/serving.h"
 #include "ops/schema.h"
+#include "ops/serving_rows.h"
 
 namespace deltacheck::ops::gdr {
 
@@ -664,16 +665,8 @@ std::vector<int32_t> pool_slots(const Params& p) {
   // Each sequence gets a distinct slot in shuffled order; for cache=pool the last `calls`
   // sequences are padding entries (slot -1); a third of the slots belong to nobody and must come
   // back bit-identical.
-  const int64_t n = p.N, slots = pool_size(p);
-  const int64_t padding = p.cache == Cache::kPool ? std::min(p.calls, n - 1) : 0;
-  std::vector<int64_t> order(static_cast<size_t>(slots));
-  for (int64_t i = 0; i < slots; ++i) order[i] = i;
-  const Stream sh(p.seed, "state_slots");
-  for (int64_t i = slots - 1; i > 0; --i)  // Fisher-Yates with our own uniform
-    std::swap(order[i], order[static_cast<int64_t>(sh.uniform(i) * static_cast<double>(i + 1))]);
-  std::vector<int32_t> out(static_cast<size_t>(n));
-  for (int64_t s = 0; s < n; ++s) out[s] = s >= n - padding ? -1 : static_cast<int32_t>(order[s]);
-  return out;
+  const int64_t padding = p.cache == Cache::kPool ? std::min(p.calls, p.N - 1) : 0;
+  return slot_table(p.N, padding, pool_size(p), p.seed);
 }
 
 bool one_token_per_sequence(const Params& p) {

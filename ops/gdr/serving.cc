@@ -10,6 +10,7 @@
 
 #include "ops/repack.h"
 #include "ops/schema.h"
+#include "ops/serving_rows.h"
 
 namespace deltacheck::ops::gdr {
 
@@ -26,58 +27,31 @@ int64_t ckpt_max_blocks(const Params& p) {
   return m;
 }
 
-namespace {
-
-// Fisher-Yates over [0, n) with the stream's uniforms from counter `at` on.
-std::vector<int64_t> shuffled(int64_t n, const Stream& st, uint64_t at) {
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) order[i] = i;
-  for (int64_t i = n - 1; i > 0; --i)
-    std::swap(order[i],
-              order[static_cast<int64_t>(st.uniform(at + i) * static_cast<double>(i + 1))]);
-  return order;
-}
-
-}  // namespace
-
 ServingSlots serving_slots(const Params& p) {
   ServingSlots s;
   const bool ckpt = p.cache == Cache::kCkpt, tree = p.cache == Cache::kTree;
   s.columns = ckpt ? ckpt_max_blocks(p) : p.T;
-  s.first.assign(static_cast<size_t>(p.N), 0);
-  s.count.assign(static_cast<size_t>(p.N), 0);
   if (tree) s.start.assign(static_cast<size_t>(p.N), 0);
   s.table.assign(static_cast<size_t>(p.N * s.columns), -1);
   // tree: the token rows and the start row.
-  for (int64_t q = 0; q < p.N; ++q) s.count[q] = ckpt ? ckpt_blocks(p, q) : p.T + (tree ? 1 : 0);
-  // Row 0 unused; then the sequences' ranges in shuffled order, an unused row after every other.
-  const Stream st(p.seed, "serving_slots");
-  const std::vector<int64_t> order = shuffled(p.N, st, 0);
-  int64_t row = 1;
-  uint64_t at = static_cast<uint64_t>(p.N);
-  for (int64_t i = 0; i < p.N; ++i) {
-    const int64_t q = order[i];
-    s.first[q] = row;
-    const std::vector<int64_t> inside = shuffled(s.count[q], st, at);
-    at += static_cast<uint64_t>(s.count[q]);
-    for (int64_t b = 0; b < s.count[q]; ++b) {
+  std::vector<int64_t> count(static_cast<size_t>(p.N));
+  for (int64_t q = 0; q < p.N; ++q) count[q] = ckpt ? ckpt_blocks(p, q) : p.T + (tree ? 1 : 0);
+  const PoolRows rows = pool_rows(count, p.seed);
+  s.first = rows.first;
+  s.count = rows.count;
+  for (int64_t q = 0; q < p.N; ++q)
+    for (int64_t b = 0; b < count[q]; ++b) {
       if (tree && b == p.T)
-        s.start[q] = row + inside[b];
+        s.start[q] = rows.rows_of[q][b];
       else
-        s.table[q * s.columns + b] = static_cast<int32_t>(row + inside[b]);
+        s.table[q * s.columns + b] = static_cast<int32_t>(rows.rows_of[q][b]);
     }
-    row += s.count[q] + (i % 2 == 0 ? 1 : 0);
-  }
-  s.rows = row;
+  s.rows = rows.rows;
   return s;
 }
 
 std::vector<int32_t> accepted_counts(const Params& p) {
-  const Stream st(p.seed, "num_accepted_tokens");
-  const int64_t shift = static_cast<int64_t>(st.uniform(0) * static_cast<double>(p.T));
-  std::vector<int32_t> a(static_cast<size_t>(p.N));
-  for (int64_t s = 0; s < p.N; ++s) a[s] = static_cast<int32_t>(1 + (s + shift) % p.T);
-  return a;
+  return ops::accepted_counts(p.N, p.T, p.seed);
 }
 
 const char* name(TreeShape t) {
@@ -205,28 +179,15 @@ Values run_pieces(const cases::Case& c, const cases::TensorMap& in,
                   const std::vector<Piece>& pieces, const std::vector<std::vector<double>>& initial,
                   const Evaluate& eval, DType state_dtype = DType::kF32) {
   const Params d = decode(c);
-  const int64_t per = d.HV * d.K * d.V;
-  Repacked rp = repack(c, prefill_inputs(in), pieces,
-                       {{"cache", "prefill"}, {"state", "rand"}, {"calls", "3"}});
-  Tensor s0("initial_state", state_dtype, {static_cast<int64_t>(pieces.size()), d.HV, d.K, d.V});
-  for (size_t i = 0; i < pieces.size(); ++i)
-    for (int64_t j = 0; j < per; ++j) s0.set(i * per + j, initial[i][j]);
-  rp.tensors.add(std::move(s0));
-  return eval(rp.c, rp.tensors);
+  return ops::run_pieces(c, prefill_inputs(in), pieces,
+                         {{"initial_state", {d.HV, d.K, d.V}, initial, state_dtype}},
+                         {{"cache", "prefill"}, {"state", "rand"}, {"calls", "3"}}, eval);
 }
 
 // Copies piece rows of the repacked o into the case's o.
 void scatter_o(const Params& d, const std::vector<Piece>& pieces, const std::vector<double>& o,
                std::vector<double>& dst, bool (*keep)(const Params&, const Piece&)) {
-  const int64_t row = d.HV * d.V;
-  int64_t token = 0;
-  for (const Piece& p : pieces) {
-    if (keep(d, p)) {
-      const int64_t at = token_row(d.layout, p.seq, p.offset);
-      std::copy_n(o.begin() + token * row, p.length * row, dst.begin() + at * row);
-    }
-    token += p.length;
-  }
+  scatter_pieces(d.layout, pieces, d.HV * d.V, o, dst, [&](const Piece& p) { return keep(d, p); });
 }
 
 Values evaluate_ckpt(const cases::Case& c, const cases::TensorMap& in, const Evaluate& eval) {

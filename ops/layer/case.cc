@@ -9,6 +9,7 @@
 #include "cases/det_math.h"
 #include "ops/decode.h"
 #include "ops/layer/params.h"
+#include "ops/layer/serving.h"
 #include "ops/regimes.h"
 #include "ops/schema.h"
 
@@ -39,7 +40,9 @@ Status check_layer(const Case& c) {
         "regime=converged does not apply to the layer: its v is SiLU's output (>= -0.2785) while "
         "S^T k takes either sign, and its g = -exp(A_log) softplus(a + dt_bias) is never 0 "
         "(gdr and gdr_grad take regime=converged)");
-  return check_none_and_decode(c);
+  if (Status st = check_none_and_decode(c); !st.ok()) return st;
+  if (std::string why = check_serving(decode(c)); !why.empty()) return invalid(std::move(why));
+  return Status::Ok();
 }
 
 OpSchema layer_schema() {
@@ -64,9 +67,17 @@ OpSchema layer_schema() {
           choice("state", "rand", {"none", "rand", "mixed"},
                  "initial recurrent and conv states: none (zeros) | rand (random) | mixed "
                  "(alternating)"),
-          choice("cache", "prefill", {"none", "prefill", "decode", "chunked", "dynamic"},
-                 "as for gdr; conv states are carried with recurrent states"),
-          integer("calls", "3", 1, 64, "chunked: pieces per sequence; dynamic: decode steps"),
+          choice(
+              "cache", "prefill",
+              {"none", "prefill", "decode", "chunked", "dynamic", "pool", "accept", "ckpt", "spec"},
+              "as for gdr; conv states are carried with recurrent states | pool: both in "
+              "slot-addressed pools, has_initial_state, padding entries | accept: speculative "
+              "verify, the conv window rolled to the accepted token | ckpt: both states at "
+              "every block boundary into pool rows | spec: multi-token decode keeping both "
+              "states after every token (docs/serving.md)"),
+          integer("calls", "3", 1, 2048,
+                  "chunked: pieces per sequence; dynamic: decode steps; pool: padding entries; "
+                  "ckpt: block size in tokens (2..2048; other modes: at most 64)"),
           regime_param(
               {Regime::kRand, Regime::kConverged, Regime::kTinyQK, Regime::kHugeQK, Regime::kCorrK},
               "the rule's inputs after the conv: random | (converged: refused, see "
@@ -183,6 +194,8 @@ TensorMap generate_layer(const Case& c, const GenOptions& o) {
     Tensor& t = m.add(Tensor("cu_seqlens", DType::kI64, {static_cast<int64_t>(cu.size())}));
     for (size_t i = 0; i < cu.size(); ++i) t.as<int64_t>()[i] = cu[i];
   }
+  if (d.serving()) generate_serving(d, m);  // the pools (ops/layer/serving.h)
+  if (d.pooled()) return m;                 // the states in are in them
   if (d.states() && d.state != State::kNone) {
     Tensor& s0 = m.add(Tensor("initial_state", DType::kF32, {d.N, d.HV, d.K, d.V}));
     Tensor& c0 = m.add(Tensor("initial_conv_state", DType::kF32, {d.N, d.D, d.W - 1}));
@@ -239,6 +252,7 @@ void long_context_suite(SuiteBuilder& b, Tier t) {
 // ---- end of long context ------------------------------------------------------------------
 
 void layer_suite(SuiteBuilder& b, Tier t) {
+  serving_suite(b, t);  // pools, speculative verify, one-token calls (ops/layer/serving.cc)
   int seed = 500;
   auto add = [&](SuiteParams p) {
     p.emplace_back("seed", std::to_string(seed++));

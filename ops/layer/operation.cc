@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "ops/layer/params.h"
+#include "ops/layer/serving.h"
 #include "reference/causal_conv1d.h"
 #include "reference/gated_rms_norm.h"
 #include "reference/gates.h"
@@ -39,6 +40,7 @@ class LayerOperation : public Operation {
  public:
   std::vector<OutputSpec> outputs(const cases::Case& c) const override {
     const Params d = decode(c);
+    if (d.serving()) return serving_outputs(d);
     // Four rounding stages (conv, gates, rule, norm) in the activation dtype: twice the ceiling.
     std::vector<OutputSpec> o{{"o", d.dtype, {1, d.T, d.HV, d.V}, std::nullopt, 2.0}};
     if (d.states()) {
@@ -50,6 +52,9 @@ class LayerOperation : public Operation {
   }
 
   Values oracle(const cases::Case& c, const TensorMap& in) const override {
+    if (decode(c).serving())
+      return evaluate_serving(
+          c, in, [this](const cases::Case& p, const TensorMap& m) { return oracle(p, m); });
     const Params d = decode(c);
     std::vector<std::vector<double>> buffers;
     auto res = reference::linear_attention_layer(reference_args(d, in, buffers));
@@ -74,6 +79,17 @@ class LayerOperation : public Operation {
   // The layer with the rule computed each way in `hows`; conv, gates and norm are the same in each.
   std::vector<Baseline> baselines_of(const cases::Case& c, const TensorMap& in,
                                      const std::vector<reference::Arithmetic>& hows) const {
+    if (decode(c).serving()) {  // each formulation through the serving evaluation
+      std::vector<Baseline> out;
+      for (const reference::Arithmetic& how : hows) {
+        Baseline b{reference::describe(how), {}};
+        b.values = evaluate_serving(c, in, [&](const cases::Case& p, const TensorMap& m) {
+          return baselines_of(p, m, {how}).at(0).values;
+        });
+        out.push_back(std::move(b));
+      }
+      return out;
+    }
     const Params d = decode(c);
     const auto cu = cu_of(in, d);
     const auto qkv = values(in, "qkv"), z = values(in, "z"), a = values(in, "a"),
@@ -138,6 +154,7 @@ class LayerOperation : public Operation {
 
   std::vector<SeqSlice> slices(const cases::Case& c, const std::string& output) const override {
     const Params d = decode(c);
+    if (d.serving()) return serving_slices(d, output);
     const auto cu = d.layout.cu_seqlens();
     const int64_t per = output == "o"             ? d.HV * d.V
                         : output == "final_state" ? d.HV * d.K * d.V
@@ -159,16 +176,20 @@ class LayerOperation : public Operation {
   TensorMajor major(const std::string& t) const override {
     if (t == "qkv" || t == "z" || t == "a" || t == "b" || t == "o") return TensorMajor::kToken;
     if (t == "initial_state" || t == "final_state" || t == "initial_conv_state" ||
-        t == "final_conv_state")
+        t == "final_conv_state" || t == "state_slots" || t == "has_initial_state" ||
+        t == "state_indices" || t == "num_accepted_tokens")
       return TensorMajor::kSequence;
     return TensorMajor::kNone;
   }
 
-  bool repackable(const cases::Case&) const override { return true; }
+  // The serving modes' pools are shared by the sequences: they cannot be isolated by repacking,
+  // and a wrong row is its own sequence's failure (docs/serving.md).
+  bool repackable(const cases::Case& c) const override { return !decode(c).serving(); }
+  bool presume_leaks(const cases::Case& c) const override { return !decode(c).serving(); }
 
   std::vector<std::pair<std::string, std::string>> carried_states(
       const cases::Case& c) const override {
-    if (!decode(c).states()) return {};
+    if (!decode(c).states() || decode(c).serving()) return {};
     return {{"final_state", "initial_state"}, {"final_conv_state", "initial_conv_state"}};
   }
 

@@ -16,12 +16,13 @@
 namespace deltacheck::ops::layer {
 
 enum class State { kNone, kRand, kMixed };
-enum class Cache { kNone, kPrefill, kDecode, kChunked, kDynamic };
+// pool, accept, ckpt, spec: the layer's serving state (ops/layer/serving.h, docs/serving.md).
+enum class Cache { kNone, kPrefill, kDecode, kChunked, kDynamic, kPool, kAccept, kCkpt, kSpec };
 
 // The names the case id spells each value with (index = enum value).
 inline constexpr std::array<const char*, 3> kStateNames{"none", "rand", "mixed"};
-inline constexpr std::array<const char*, 5> kCacheNames{"none", "prefill", "decode", "chunked",
-                                                        "dynamic"};
+inline constexpr std::array<const char*, 9> kCacheNames{
+    "none", "prefill", "decode", "chunked", "dynamic", "pool", "accept", "ckpt", "spec"};
 
 // A layer case's parameters. T: total tokens; D = 2 H K + HV V, the conv's channels.
 struct Params {
@@ -38,6 +39,12 @@ struct Params {
   uint64_t seed = 0;
   // Whether recurrent and conv states flow in and out (every cache mode but none).
   bool states() const { return cache != Cache::kNone; }
+  // cache=pool, accept or spec: the states in and out live in slot-addressed pools; ckpt: they come
+  // in as for prefill and go out into pool rows, one per block (ops/layer/serving.h).
+  bool pooled() const {
+    return cache == Cache::kPool || cache == Cache::kAccept || cache == Cache::kSpec;
+  }
+  bool serving() const { return pooled() || cache == Cache::kCkpt; }
 };
 
 // The parameters of a layer case; throws std::invalid_argument for a case of another op.

@@ -41,10 +41,13 @@ enum class Part {
   kTree,
   kLayerGrad,
   kGradCp,
-  kRegime
+  kRegime,
+  kLayerServing
 };
 Part part_of(const Case& c) {
   if (c.op() == "gdr" && c.has("regime")) return Part::kRegime;
+  // The layer's serving state (ops/layer/serving.cc: pools, verify, one-token calls; seeds 5200..).
+  if (c.op() == "layer" && c.seed() >= 5200 && c.seed() < 5300) return Part::kLayerServing;
   if (c.op() == "serve") return Part::kScenarios;
   if (c.op() == "gdr_grad") return c.has("cp") ? Part::kGradCp : Part::kGrad;
   if (c.op() == "layer_grad") return Part::kLayerGrad;
@@ -129,6 +132,12 @@ TEST_P(GeneratorBits, SmokeSuiteTreeInputsAsPinned) {
 TEST_P(GeneratorBits, SmokeSuiteLayerGradInputsAsPinned) {
   EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kLayerGrad)), "78bcab9cc70b40aa");
   EXPECT_EQ(hex(suite_inputs_hash("smoke", true, Part::kLayerGrad)), "7ea715b644035d9c");
+}
+
+// The layer's serving cases (state pools, has_initial_state, accepted counts, one-token calls).
+TEST_P(GeneratorBits, SmokeSuiteLayerServingInputsAsPinned) {
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kLayerServing)), "2e48c25deb4401a3");
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", true, Part::kLayerServing)), "887557b0feecedd6");
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, GeneratorBits, testing::Values(false, true),

@@ -31,6 +31,10 @@ TEST(LayerCases, ConvReadingThePreviousSequenceIsALeak) {
   auto wrong = make_backend("wrong:conv-reads-previous");
   int leaks = 0;
   for (const cases::Case& c : layer_cases("gate")) {
+    // The pools' conv rows, not a left context in the row: wrong:conv-reads-previous declines.
+    if (c.get("cache") == "pool" || c.get("cache") == "accept" || c.get("cache") == "ckpt" ||
+        c.get("cache") == "spec")
+      continue;
     const cases::Layout L = cases::Layout::parse(c.get("layout"));
     // The bug needs a sequence with tokens before it in the row.
     bool preceded = false;

@@ -50,7 +50,11 @@ TEST(TorchBackend, PassesTheGateSuiteOnCpu) {
   std::map<std::string, int> passed_per_op;
   for (const Case& c : cases::suite("gate")) {
     const Support s = backend_supports(*backend, c);
-    if (!ops.count(c.op())) {
+    // The layer's pools (cache=pool, accept, ckpt: docs/serving.md) have no LibTorch kernel.
+    const bool layer_pools =
+        c.op() == "layer" &&
+        std::set<std::string>{"pool", "accept", "ckpt", "spec"}.count(c.get("cache")) > 0;
+    if (!ops.count(c.op()) || layer_pools) {
       EXPECT_FALSE(s.ok) << c.id();
       continue;
     }
