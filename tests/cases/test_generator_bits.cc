@@ -42,12 +42,15 @@ enum class Part {
   kLayerGrad,
   kGradCp,
   kRegime,
-  kLayerServing
+  kLayerServing,
+  kLayerTypes
 };
 Part part_of(const Case& c) {
   if (c.op() == "gdr" && c.has("regime")) return Part::kRegime;
   // The layer's serving state (ops/layer/serving.cc: pools, verify, one-token calls; seeds 5200..).
   if (c.op() == "layer" && c.seed() >= 5200 && c.seed() < 5300) return Part::kLayerServing;
+  // The layers op's renamed layer types (Transformers PR #46738; seeds 2000..).
+  if (c.op() == "layers" && c.seed() >= 2000) return Part::kLayerTypes;
   if (c.op() == "serve") return Part::kScenarios;
   if (c.op() == "gdr_grad") return c.has("cp") ? Part::kGradCp : Part::kGrad;
   if (c.op() == "layer_grad") return Part::kLayerGrad;
@@ -138,6 +141,12 @@ TEST_P(GeneratorBits, SmokeSuiteLayerGradInputsAsPinned) {
 TEST_P(GeneratorBits, SmokeSuiteLayerServingInputsAsPinned) {
   EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kLayerServing)), "2e48c25deb4401a3");
   EXPECT_EQ(hex(suite_inputs_hash("smoke", true, Part::kLayerServing)), "887557b0feecedd6");
+}
+
+// The layers op's cases with the renamed layer types (seeds 2000..).
+TEST_P(GeneratorBits, SmokeSuiteLayerTypeInputsAsPinned) {
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kLayerTypes)), "ddfb4cd99032ebaa");
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", true, Part::kLayerTypes)), "ddfb4cd99032ebaa");
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, GeneratorBits, testing::Values(false, true),
