@@ -23,6 +23,9 @@ Support gdr_calls_support(const std::string& name, const cases::Case& c);
 // Deliberately wrong recurrences whose bug shows only in an input regime
 // (wrong_regime_backends.cc).
 std::vector<std::unique_ptr<Backend>> make_wrong_regime_backends();
+// Deliberately wrong output stores: bf16 / fp16 outputs rounded in one direction
+// (wrong_rounding_backends.cc).
+std::vector<std::unique_ptr<Backend>> make_wrong_rounding_backends();
 // Deliberately wrong serving runtimes around the cpu kernels (wrong_serve_backends.cc).
 std::vector<std::unique_ptr<Backend>> make_wrong_serve_backends();
 // The cpu backend's layer cases, and the conv that reads across a boundary (cpu_layer.cc); the
