@@ -380,6 +380,8 @@ TensorReport measure_tolerant(const PreparedCase& pc, Compared& c, const Metrics
   tr.ok = within(tr.threshold, tr.metrics.rel_rms, tr.metrics.max_abs, tr.metrics.non_finite);
   tr.bias = bias_of(tr.metrics, 0, numel);
   tr.ok = tr.ok && !tr.bias.biased;
+  // A biased output's margin says so (>= 1); a pass's margin stays its tolerances'.
+  if (tr.bias.biased) r.margin = std::max(r.margin, bias_margin(tr.bias));
   if (tr.metrics.max_abs > tr.threshold.resolution)
     r.margin = std::max({r.margin, tr.metrics.rel_rms / tr.threshold.rel_rms,
                          tr.metrics.max_abs / tr.threshold.max_abs});
@@ -405,6 +407,7 @@ TensorReport measure_tolerant(const PreparedCase& pc, Compared& c, const Metrics
     sr.ok = within(sr.threshold, sr.metrics.rel_rms, sr.metrics.max_abs, sr.metrics.non_finite);
     sr.bias = spans_all ? tr.bias : bias_of(sr.metrics, s.begin, s.end);
     sr.ok = sr.ok && !sr.bias.biased;
+    if (sr.bias.biased) r.margin = std::max(r.margin, bias_margin(sr.bias));
     tr.ok = tr.ok && sr.ok;
     if (sr.metrics.max_abs > sr.threshold.resolution)
       r.margin = std::max({r.margin, sr.metrics.rel_rms / sr.threshold.rel_rms,

@@ -110,6 +110,11 @@ RoundingBias rounding_bias(cases::DType storage, const ErrorSigns& s, const Metr
   return b;
 }
 
+double bias_margin(const RoundingBias& b) {
+  if (!b.checked) return 0.0;
+  return std::min(b.fraction / RoundingBiasRule::kBiasFraction, b.z / RoundingBiasRule::kBiasZ);
+}
+
 std::string describe_bias(const RoundingBias& b, const std::string& dtype,
                           const std::string& what) {
   const char* verb = b.direction == BiasDirection::kTowardZero     ? "shrink"

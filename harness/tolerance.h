@@ -95,8 +95,9 @@ const char* bias_direction_name(BiasDirection d);  // "toward zero", "away from 
 struct RoundingBias {
   bool checked = false;  // the output is stored in bf16 or fp16 and has non-zero errors
   bool biased = false;
-  // The more lopsided of the two tests (toward / away from zero, up / down): its direction, the
-  // fraction of the non-zero errors that go that way and its z-score, (2 k - n) / sqrt(n).
+  // The more lopsided of the two tests (toward / away from zero, up / down; the larger z): its
+  // direction, the fraction of the non-zero errors that go that way and its z-score, counted
+  // by rows (rounding_bias()).
   BiasDirection direction = BiasDirection::kTowardZero;
   double fraction = 0.5;
   double z = 0.0;
@@ -110,9 +111,12 @@ struct RoundingBias {
 // all); errors within the dtype's resolution, and non-finite outputs, are not judged.
 bool checks_rounding_bias(cases::DType storage);
 RoundingBias rounding_bias(cases::DType storage, const ErrorSigns& s, const Metrics& m);
+// How close a result came to being biased: min(fraction / kBiasFraction, z / kBiasZ), >= 1 when
+// biased (0 when unchecked).
+double bias_margin(const RoundingBias& b);
 
-// "bf16 o biased toward zero: 99% of 8192 elements shrink (z = 90)" (`what` names the tensor or
-// sequence).
+// "bf16 o biased toward zero: 100% of 16512 elements shrink (z = 16 over 258 rows); truncation
+// instead of round-to-nearest?" (`what` names the tensor or sequence).
 std::string describe_bias(const RoundingBias& b, const std::string& dtype, const std::string& what);
 
 std::string describe_policy();

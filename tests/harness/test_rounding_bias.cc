@@ -227,6 +227,8 @@ TEST(RoundingBias, WrongStoresFailTheGateOnBiasAloneAndCpuPasses) {
     ++caught;
     EXPECT_EQ(t.verdict, Verdict::kFail) << c.id();
     EXPECT_TRUE(o.bias.biased) << c.id();
+    EXPECT_GE(t.margin, 1.0) << c.id() << ": a biased fail's margin";
+    EXPECT_LT(ok.margin, 1.0);
     EXPECT_NE(t.message.find("o biased toward zero"), std::string::npos) << t.message;
     EXPECT_NE(t.message.find("truncation instead of round-to-nearest?"), std::string::npos);
     const CaseResult u = run_case(pc, *up, false);
