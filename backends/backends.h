@@ -26,6 +26,9 @@ std::vector<std::unique_ptr<Backend>> make_wrong_regime_backends();
 // A deliberately wrong kernel whose bug shows only past 16K tokens a call
 // (wrong_long_backends.cc).
 std::vector<std::unique_ptr<Backend>> make_wrong_long_backends();
+// Deliberately wrong output stores: bf16 / fp16 outputs rounded in one direction
+// (wrong_rounding_backends.cc).
+std::vector<std::unique_ptr<Backend>> make_wrong_rounding_backends();
 // Deliberately wrong serving runtimes around the cpu kernels (wrong_serve_backends.cc).
 std::vector<std::unique_ptr<Backend>> make_wrong_serve_backends();
 // Deliberately wrong handling of the layer's serving state (wrong_layer_serving_backends.cc).

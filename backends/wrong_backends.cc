@@ -9,7 +9,8 @@
 //   wrong:ignore-state       every initial state ignored
 // The wrong mask builders (wrong:mask-*) are in wrong_mask_backends.cc, the wrong backwards
 // (wrong:grad-*) in wrong_grad_backends.cc, the bugs of an input regime (wrong:rounded-stk,
-// wrong:l2norm-max-eps) in wrong_regime_backends.cc.
+// wrong:l2norm-max-eps) in wrong_regime_backends.cc, the biased output stores
+// (wrong:truncated-store, wrong:round-up-store) in wrong_rounding_backends.cc.
 #include <cstring>
 #include <vector>
 
@@ -201,7 +202,9 @@ std::vector<std::unique_ptr<Backend>> make_wrong_backends() {
   for (auto& b : make_wrong_serve_backends()) v.push_back(std::move(b));   // serving runtimes
   for (auto& b : make_wrong_regime_backends()) v.push_back(std::move(b));  // input regimes
   for (auto& b : make_wrong_long_backends()) v.push_back(std::move(b));    // long sequences
-  for (auto& b : make_wrong_grad_backends()) v.push_back(std::move(b));    // backwards
+  // output stores rounded one way
+  for (auto& b : make_wrong_rounding_backends()) v.push_back(std::move(b));
+  for (auto& b : make_wrong_grad_backends()) v.push_back(std::move(b));  // backwards
   for (auto& b : make_wrong_layer_grad_backends()) v.push_back(std::move(b));
   // The layer's serving state (wrong_layer_serving_backends.cc).
   for (auto& b : make_wrong_layer_serving_backends()) v.push_back(std::move(b));

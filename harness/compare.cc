@@ -336,6 +336,57 @@ std::vector<Metrics> measure_each(const std::vector<MeasureRequest>& requests) {
   return run_jobs(jobs);
 }
 
+namespace {
+// One pass over [begin, end): `load(i)` is element i as double.
+template <typename Load>
+ErrorSigns count_signs(const Load& load, const double* e, int64_t begin, int64_t end, int64_t row) {
+  ErrorSigns s;
+  row = std::max<int64_t>(1, row);
+  for (int64_t r0 = begin; r0 < end;) {
+    const int64_t r1 = std::min(end, (r0 / row + 1) * row);  // the rest of r0's row
+    int64_t toward = 0, away = 0, up = 0, down = 0;
+    for (int64_t i = r0; i < r1; ++i) {
+      const double ref = e[i], d = load(i) - ref;  // NaN: every comparison false
+      up += d > 0;
+      down += d < 0;
+      toward += (d < 0 && ref > 0) || (d > 0 && ref < 0);
+      away += (d > 0 && ref > 0) || (d < 0 && ref < 0);
+    }
+    s.toward_zero += toward;
+    s.away_from_zero += away;
+    s.up += up;
+    s.down += down;
+    s.zero_sq += (toward - away) * (toward - away);
+    s.up_sq += (up - down) * (up - down);
+    s.rows += up + down > 0;
+    r0 = r1;
+  }
+  return s;
+}
+}  // namespace
+
+ErrorSigns error_signs(const cases::Tensor& a, const std::vector<double>& e, int64_t begin,
+                       int64_t end, int64_t row) {
+  const uint16_t* h = a.as<uint16_t>();
+  switch (a.dtype()) {
+    case cases::DType::kBF16:
+      return count_signs([h](int64_t i) { return static_cast<double>(bf16_to_float(h[i])); },
+                         e.data(), begin, end, row);
+    case cases::DType::kF16:
+      return count_signs([h](int64_t i) { return static_cast<double>(fp16_to_float(h[i])); },
+                         e.data(), begin, end, row);
+    case cases::DType::kF32:
+      return count_signs(F32Values{a.as<float>()}, e.data(), begin, end, row);
+    default:
+      return count_signs([&a](int64_t i) { return a.get(i); }, e.data(), begin, end, row);
+  }
+}
+
+ErrorSigns error_signs(const std::vector<double>& a, const std::vector<double>& e, int64_t begin,
+                       int64_t end, int64_t row) {
+  return count_signs(F64Values{a.data()}, e.data(), begin, end, row);
+}
+
 int64_t first_token_over(const std::vector<double>& a, const std::vector<double>& e, int64_t begin,
                          int64_t end, int64_t per_token, double max_abs) {
   if (per_token <= 0) return -1;

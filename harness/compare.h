@@ -38,6 +38,25 @@ struct MeasureRequest {
 };
 std::vector<Metrics> measure_each(const std::vector<MeasureRequest>& requests);
 
+// The signs of the errors Δ = actual - ref over [begin, end), for the rounding-bias check
+// (harness/tolerance.h): per element, and per row of `row` consecutive elements (the innermost
+// dimension: the elements a correct kernel's errors may move together, e.g. one token's values
+// of one head, which one rounding of that head's state or scalar factor shifts as a whole).
+struct ErrorSigns {
+  // Elements whose Δ goes toward zero (Δ and ref of opposite signs), away from zero (the same
+  // sign), up (Δ > 0) and down (Δ < 0); ref = 0 counts in up / down only, Δ = 0 nowhere.
+  int64_t toward_zero = 0, away_from_zero = 0, up = 0, down = 0;
+  // Over rows r, d_r = toward - away (e_r = up - down) in row r: the sums of d_r^2 and e_r^2,
+  // with which a z-score counts rows, not elements, as the independent units.
+  int64_t zero_sq = 0, up_sq = 0;
+  int64_t rows = 0;  // rows with a non-zero error
+};
+// Non-finite elements count nowhere (the judge fails them before this matters).
+ErrorSigns error_signs(const cases::Tensor& actual, const std::vector<double>& expected,
+                       int64_t begin, int64_t end, int64_t row);
+ErrorSigns error_signs(const std::vector<double>& actual, const std::vector<double>& expected,
+                       int64_t begin, int64_t end, int64_t row);
+
 // Tests only: measure with the portable two-lane loop even where the CPU has AVX2 (the results
 // must not differ by a bit).
 void set_portable_measure(bool portable);

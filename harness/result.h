@@ -22,6 +22,7 @@ struct SeqReport {
   int64_t length = 0;
   Metrics metrics;
   Threshold threshold{};  // zero for empty sequences (nothing to judge)
+  RoundingBias bias;      // the sign test of rounding bias (unchecked outside bf16 / fp16)
   bool ok = true;
   int64_t first_bad_token = -1;  // within the sequence; -1 when none or not token-indexed
 };
@@ -35,6 +36,7 @@ struct TensorReport {
   Metrics baseline;           // the same-precision baselines' worst error, which sets the threshold
   std::string baseline_name;  // the baseline with the largest relative RMS, e.g. "chunked fp32"
   Threshold threshold{};
+  RoundingBias bias;  // the sign test of rounding bias (unchecked outside bf16 / fp16)
   bool ok = true;
   std::vector<SeqReport> seqs;
   std::vector<double> token_error;  // largest |Δ| per token (token-indexed tensors only)

@@ -349,6 +349,16 @@ TensorReport measure_tolerant(const PreparedCase& pc, Compared& c, const Metrics
     return spec.dont_care.empty() ? measure(*c.t, expected, begin, end)
                                   : measure(actual, expected, begin, end);
   };
+  // The sign test of rounding bias on what the backend stored (harness/tolerance.h), in rows of
+  // the innermost dimension; bf16 / fp16 outputs only.
+  const bool signs = checks_rounding_bias(spec.dtype);
+  const int64_t row = spec.shape.empty() ? 1 : spec.shape.back();
+  auto bias_of = [&](const Metrics& m, int64_t begin, int64_t end) {
+    if (!signs) return RoundingBias{};
+    const ErrorSigns es = spec.dont_care.empty() ? error_signs(*c.t, expected, begin, end, row)
+                                                 : error_signs(actual, expected, begin, end, row);
+    return rounding_bias(spec.dtype, es, m);
+  };
   TensorReport tr;
   tr.name = spec.name;
   tr.dtype = cases::dtype_name(spec.dtype);
@@ -368,6 +378,10 @@ TensorReport measure_tolerant(const PreparedCase& pc, Compared& c, const Metrics
       threshold(tf32 ? cases::DType::kF16 : computed, tr.baseline.rel_rms, tr.baseline.max_abs,
                 tr.metrics.ref_max_abs, spec.ceiling_factor, spec.dtype);
   tr.ok = within(tr.threshold, tr.metrics.rel_rms, tr.metrics.max_abs, tr.metrics.non_finite);
+  tr.bias = bias_of(tr.metrics, 0, numel);
+  tr.ok = tr.ok && !tr.bias.biased;
+  // A biased output's margin says so (>= 1); a pass's margin stays its tolerances'.
+  if (tr.bias.biased) r.margin = std::max(r.margin, bias_margin(tr.bias));
   if (tr.metrics.max_abs > tr.threshold.resolution)
     r.margin = std::max({r.margin, tr.metrics.rel_rms / tr.threshold.rel_rms,
                          tr.metrics.max_abs / tr.threshold.max_abs});
@@ -391,6 +405,9 @@ TensorReport measure_tolerant(const PreparedCase& pc, Compared& c, const Metrics
         {sr.metrics.ref_max_abs, sr.metrics.ref_rms, tr.metrics.ref_max_abs, tr.metrics.ref_rms},
         tr.threshold);
     sr.ok = within(sr.threshold, sr.metrics.rel_rms, sr.metrics.max_abs, sr.metrics.non_finite);
+    sr.bias = spans_all ? tr.bias : bias_of(sr.metrics, s.begin, s.end);
+    sr.ok = sr.ok && !sr.bias.biased;
+    if (sr.bias.biased) r.margin = std::max(r.margin, bias_margin(sr.bias));
     tr.ok = tr.ok && sr.ok;
     if (sr.metrics.max_abs > sr.threshold.resolution)
       r.margin = std::max({r.margin, sr.metrics.rel_rms / sr.threshold.rel_rms,
@@ -414,8 +431,15 @@ TensorReport measure_tolerant(const PreparedCase& pc, Compared& c, const Metrics
   else if (tr.metrics.max_abs > tr.threshold.max_abs)
     c.problem = fmt::format("max|Δ| {:.1e} > {:.1e} in {}", tr.metrics.max_abs,
                             tr.threshold.max_abs, tr.name);
-  else
-    c.problem = fmt::format("sequence-level errors in {}", tr.name);
+  // A rounding bias has a line of its own: the tensor's, or else its first biased sequence's.
+  std::string bias;
+  if (tr.bias.biased) bias = describe_bias(tr.bias, tr.dtype, tr.name);
+  for (size_t si = 0; bias.empty() && si < tr.seqs.size(); ++si)
+    if (tr.seqs[si].bias.biased)
+      bias = describe_bias(tr.seqs[si].bias, tr.dtype,
+                           fmt::format("{} of seq {}", tr.name, tr.seqs[si].seq));
+  if (!bias.empty()) c.problem = c.problem.empty() ? bias : c.problem + "; " + bias;
+  if (c.problem.empty()) c.problem = fmt::format("sequence-level errors in {}", tr.name);
   return tr;
 }
 

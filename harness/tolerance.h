@@ -11,12 +11,13 @@
 #include <vector>
 
 #include "cases/tensor.h"
+#include "harness/compare.h"
 #include "ops/precision.h"
 
 namespace deltacheck::harness {
 
 struct TolerancePolicy {
-  static constexpr const char* kId = "tol-v3";
+  static constexpr const char* kId = "tol-v4";
   static constexpr double kFactor = 2.0;
 };
 
@@ -70,6 +71,53 @@ struct SequenceScale {
 };
 Threshold sequence_threshold(cases::DType t, double baseline_rel_rms, double baseline_max_abs,
                              const SequenceScale& scale, const Threshold& tensor);
+
+// The rounding-bias check (docs/tolerance.md#rounding-bias): a sign test of the errors of an
+// output stored in bf16 or fp16, whose storage rounding (half an ulp, 2e-3 / 2.4e-4 relative)
+// dominates a correct kernel's arithmetic error. Rounded to nearest, an element's error is as
+// likely toward zero as away from it, and as likely up as down; stored by truncation (round
+// toward zero), nearly every element shrinks, and rounded toward +/-inf nearly every one moves
+// that way. Biased when, among the elements whose error is not zero, the fraction in one
+// direction is at least kBiasFraction and its z-score against 1/2 at least kBiasZ. The z-score
+// takes rows (compare.h's ErrorSigns), not elements, as the independent units: a correct
+// kernel's arithmetic errors move a row together (one rounding of a head's state or of q.k
+// scales a token's whole output), so that a one-token sequence of a kernel with bf16 operands
+// has 77-89% of its 256 elements one way. The fraction bounds what an error shared by every row
+// can do (a scale rounded once); the z-score needs at least kBiasZ^2 rows.
+struct RoundingBiasRule {
+  static constexpr double kBiasFraction = 0.75;
+  static constexpr double kBiasZ = 6.0;
+};
+
+enum class BiasDirection { kTowardZero, kAwayFromZero, kUp, kDown };
+const char* bias_direction_name(BiasDirection d);  // "toward zero", "away from zero", "up", "down"
+
+struct RoundingBias {
+  bool checked = false;  // the output is stored in bf16 or fp16 and has non-zero errors
+  bool biased = false;
+  // The more lopsided of the two tests (toward / away from zero, up / down; the larger z): its
+  // direction, the fraction of the non-zero errors that go that way and its z-score, counted
+  // by rows (rounding_bias()).
+  BiasDirection direction = BiasDirection::kTowardZero;
+  double fraction = 0.5;
+  double z = 0.0;
+  int64_t n = 0;     // elements counted by that test
+  int64_t rows = 0;  // rows with a non-zero error
+};
+
+// The check on the error signs and metrics of an output (or one sequence of it) stored in
+// `storage`. Only bf16 and fp16 are checked (fp32's storage rounding is as small as a correct
+// kernel's arithmetic error: an fp32 kernel that scales every output by 1 - 1e-7 shrinks them
+// all); errors within the dtype's resolution, and non-finite outputs, are not judged.
+bool checks_rounding_bias(cases::DType storage);
+RoundingBias rounding_bias(cases::DType storage, const ErrorSigns& s, const Metrics& m);
+// How close a result came to being biased: min(fraction / kBiasFraction, z / kBiasZ), >= 1 when
+// biased (0 when unchecked).
+double bias_margin(const RoundingBias& b);
+
+// "bf16 o biased toward zero: 100% of 16512 elements shrink (z = 16 over 258 rows); truncation
+// instead of round-to-nearest?" (`what` names the tensor or sequence).
+std::string describe_bias(const RoundingBias& b, const std::string& dtype, const std::string& what);
 
 std::string describe_policy();
 

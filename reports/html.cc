@@ -231,24 +231,24 @@ std::string tensor_table(const harness::CaseResult& r) {
   std::string s =
       "<table class=\"sortable metrics\"><thead><tr><th>tensor</th><th>dtype</th><th>rel_rms</th>"
       "<th>threshold</th><th>baseline</th><th>max|Δ|</th><th>at</th><th>threshold</th>"
-      "<th>non-finite</th><th>ok</th></tr></thead><tbody>\n";
+      "<th>non-finite</th><th>error signs</th><th>ok</th></tr></thead><tbody>\n";
   for (const auto& t : r.tensors) {
     if (t.exact) {
       s += fmt::format(
           "<tr><td>{}</td><td>{}</td><td colspan=\"6\">bit-exact: {} of {} elements differ</td>"
-          "<td></td><td>{}</td></tr>\n",
+          "<td></td><td></td><td>{}</td></tr>\n",
           esc(t.name), esc(t.dtype), t.mismatches, t.metrics.count, t.ok ? "yes" : "<b>no</b>");
       continue;
     }
     s += fmt::format(
         "<tr><td>{}</td><td>{}</td><td data-v=\"{}\">{}</td><td data-v=\"{}\">{}</td><td "
         "data-v=\"{}\">{}</td><td data-v=\"{}\">{}</td><td>{}</td><td data-v=\"{}\">{}</td>"
-        "<td>{}</td><td>{}</td></tr>\n",
+        "<td>{}</td><td>{}</td><td>{}</td></tr>\n",
         esc(t.name), esc(t.dtype), num_key(t.metrics.rel_rms), sci(t.metrics.rel_rms),
         num_key(t.threshold.rel_rms), sci(t.threshold.rel_rms), num_key(t.baseline.rel_rms),
         sci(t.baseline.rel_rms), num_key(t.metrics.max_abs), sci(t.metrics.max_abs),
         t.metrics.max_index, num_key(t.threshold.max_abs), sci(t.threshold.max_abs),
-        t.metrics.non_finite, t.ok ? "yes" : "<b>no</b>");
+        t.metrics.non_finite, esc(bias_text(t.bias)), t.ok ? "yes" : "<b>no</b>");
   }
   return s + "</tbody></table>\n";
 }
@@ -265,18 +265,19 @@ std::string seq_table(const harness::CaseResult& r) {
       body += fmt::format(
           "<tr class=\"{}\"><td>{}</td><td data-v=\"{}\">{}</td><td data-v=\"{}\">{}</td>"
           "<td data-v=\"{}\">{}</td><td data-v=\"{}\">{}</td><td data-v=\"{}\">{}</td>"
-          "<td data-v=\"{}\">{}</td><td>{}</td></tr>\n",
+          "<td data-v=\"{}\">{}</td><td>{}</td><td>{}</td></tr>\n",
           sr.ok ? "" : "bad", esc(t.name), sr.seq, sr.seq, sr.length, sr.length,
           num_key(sr.metrics.rel_rms), t.exact ? "" : sci(sr.metrics.rel_rms),
           num_key(sr.threshold.rel_rms), t.exact ? "" : sci(sr.threshold.rel_rms),
           num_key(sr.metrics.max_abs), t.exact ? "" : sci(sr.metrics.max_abs), sr.first_bad_token,
           sr.first_bad_token >= 0 ? std::to_string(sr.first_bad_token) : "",
-          sr.ok ? "yes" : "<b>no</b>");
+          esc(bias_text(sr.bias)), sr.ok ? "yes" : "<b>no</b>");
     }
   return fmt::format(
       "<details{}><summary>per sequence ({} rows)</summary><table class=\"sortable\"><thead><tr>"
       "<th>tensor</th><th>seq</th><th>length</th><th>rel_rms</th><th>threshold</th><th>max|Δ|</th>"
-      "<th>first bad token</th><th>ok</th></tr></thead><tbody>\n{}</tbody></table></details>\n",
+      "<th>first bad token</th><th>error "
+      "signs</th><th>ok</th></tr></thead><tbody>\n{}</tbody></table></details>\n",
       rows <= 24 ? " open" : "", rows, body);
 }
 

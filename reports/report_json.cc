@@ -54,6 +54,38 @@ json metrics_json(const harness::Metrics& m) {
           {"non_finite", m.non_finite}};
 }
 
+// The rounding-bias check of an output stored in bf16 / fp16 (absent where it was not checked,
+// and in reports written before it: read back as unchecked).
+void add_bias(json& j, const harness::RoundingBias& b) {
+  if (!b.checked) return;
+  j["rounding_bias"] = {{"biased", b.biased},
+                        {"direction", harness::bias_direction_name(b.direction)},
+                        {"fraction", num(b.fraction)},
+                        {"z", num(b.z)},
+                        {"n", b.n},
+                        {"rows", b.rows}};
+}
+
+harness::RoundingBias bias_from(const json& j) {
+  harness::RoundingBias b;
+  if (!j.contains("rounding_bias")) return b;
+  const json& r = j.at("rounding_bias");
+  b.checked = true;
+  b.biased = r.at("biased").get<bool>();
+  const std::string direction = r.at("direction").get<std::string>();
+  bool known = false;
+  for (harness::BiasDirection d :
+       {harness::BiasDirection::kTowardZero, harness::BiasDirection::kAwayFromZero,
+        harness::BiasDirection::kUp, harness::BiasDirection::kDown})
+    if (direction == harness::bias_direction_name(d)) b.direction = d, known = true;
+  if (!known) throw std::invalid_argument("unknown rounding-bias direction '" + direction + "'");
+  b.fraction = to_num(r.at("fraction"));
+  b.z = to_num(r.at("z"));
+  b.n = r.at("n").get<int64_t>();
+  b.rows = r.at("rows").get<int64_t>();
+  return b;
+}
+
 harness::Metrics metrics_from(const json& j) {
   harness::Metrics m;
   m.max_abs = to_num(j.at("max_abs"));
@@ -77,13 +109,15 @@ harness::Threshold threshold_from(const json& j) {
 
 json tensor_json(const harness::TensorReport& t, bool curves) {
   json seqs = json::array();
-  for (const harness::SeqReport& s : t.seqs)
+  for (const harness::SeqReport& s : t.seqs) {
     seqs.push_back({{"seq", s.seq},
                     {"length", s.length},
                     {"ok", s.ok},
                     {"first_bad_token", s.first_bad_token},
                     {"metrics", metrics_json(s.metrics)},
                     {"threshold", threshold_json(s.threshold)}});
+    add_bias(seqs.back(), s.bias);
+  }
   json j = {{"name", t.name},
             {"dtype", t.dtype},
             {"ok", t.ok},
@@ -94,6 +128,7 @@ json tensor_json(const harness::TensorReport& t, bool curves) {
             {"baseline_name", t.baseline_name},
             {"threshold", threshold_json(t.threshold)},
             {"seqs", seqs}};
+  add_bias(j, t.bias);
   if (curves && !t.token_error.empty()) j["token_error"] = nums(t.token_error);
   if (curves && !t.head_token_error.empty()) {
     json heads = json::array();
@@ -114,6 +149,7 @@ harness::TensorReport tensor_from(const json& j) {
   t.baseline = metrics_from(j.at("baseline"));
   t.baseline_name = j.value("baseline_name", std::string());
   t.threshold = threshold_from(j.at("threshold"));
+  t.bias = bias_from(j);
   for (const json& s : j.at("seqs")) {
     harness::SeqReport sr;
     sr.seq = s.at("seq").get<int64_t>();
@@ -122,6 +158,7 @@ harness::TensorReport tensor_from(const json& j) {
     sr.first_bad_token = s.at("first_bad_token").get<int64_t>();
     sr.metrics = metrics_from(s.at("metrics"));
     sr.threshold = threshold_from(s.at("threshold"));
+    sr.bias = bias_from(s);
     t.seqs.push_back(sr);
   }
   if (j.contains("token_error")) t.token_error = to_nums(j.at("token_error"));

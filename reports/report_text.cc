@@ -66,6 +66,12 @@ std::string sci(double x) {
   return fmt::format("{:.1e}", x);
 }
 
+std::string bias_text(const harness::RoundingBias& b) {
+  if (!b.checked) return "";
+  return fmt::format("{:.0f}% {}, z {:.1f}{}", 100.0 * b.fraction,
+                     harness::bias_direction_name(b.direction), b.z, b.biased ? " (biased)" : "");
+}
+
 std::string failure_headline(const harness::CaseResult& r) {
   if (r.verdict != Verdict::kFail && r.verdict != Verdict::kLeak) return r.message;
   // The sequence the runner named (r.leak_seq, as the console says) when a tensor is wrong
@@ -148,10 +154,11 @@ std::string result_details(const Entry& e) {
     } else {
       o += fmt::format(
           "tensor {} ({}): rel_rms {} (threshold {}, baseline {}), max|Δ| {} at {} (threshold "
-          "{}){}\n",
+          "{}){}{}\n",
           t.name, t.dtype, sci(t.metrics.rel_rms), sci(t.threshold.rel_rms),
           sci(t.baseline.rel_rms), sci(t.metrics.max_abs), t.metrics.max_index,
-          sci(t.threshold.max_abs), t.ok ? "" : " FAIL");
+          sci(t.threshold.max_abs), t.bias.checked ? ", error signs " + bias_text(t.bias) : "",
+          t.ok ? "" : " FAIL");
     }
     size_t listed = 0, skipped = 0;
     for (const harness::SeqReport& s : t.seqs) {
@@ -166,10 +173,13 @@ std::string result_details(const Entry& e) {
         o += fmt::format("  seq {} (length {}): empty\n", s.seq, s.length);
       else
         o += fmt::format(
-            "  seq {} (length {}): rel_rms {} (threshold {}), max|Δ| {} (threshold {}){}\n", s.seq,
-            s.length, sci(s.metrics.rel_rms), sci(s.threshold.rel_rms), sci(s.metrics.max_abs),
-            sci(s.threshold.max_abs),
-            s.ok ? "" : " FAIL from token " + std::to_string(s.first_bad_token));
+            "  seq {} (length {}): rel_rms {} (threshold {}), max|Δ| {} (threshold {}){}{}\n",
+            s.seq, s.length, sci(s.metrics.rel_rms), sci(s.threshold.rel_rms),
+            sci(s.metrics.max_abs), sci(s.threshold.max_abs),
+            s.bias.checked ? ", error signs " + bias_text(s.bias) : "",
+            s.ok                     ? ""
+            : s.first_bad_token >= 0 ? " FAIL from token " + std::to_string(s.first_bad_token)
+                                     : " FAIL");
     }
     if (skipped > 0) o += fmt::format("  ... {} more sequences within tolerance\n", skipped);
   }

@@ -39,5 +39,8 @@ std::string passes_without_probes_line(int n);
 
 // "1.8e-01" (non-finite values as nan / inf).
 std::string sci(double x);
+// The rounding-bias sign test of a tensor or sequence in a few words ("99% toward zero, z 90"),
+// "" where it was not checked (outputs not stored in bf16 / fp16).
+std::string bias_text(const harness::RoundingBias& b);
 
 }  // namespace deltacheck::reports
