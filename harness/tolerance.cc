@@ -63,8 +63,9 @@ bool within(const Threshold& t, double rel_rms, double max_abs, int64_t non_fini
 
 std::string describe_policy() {
   return fmt::format(
-      "{}: err <= {} x max err(fp32 recurrence, fp32 chunked, chunked with activation-dtype "
-      "operands; tf32 operands where declared) + floor, rel_rms ceiling "
+      "{}: err <= {} x max err(fp32 recurrence, fp32 chunked with running and independent "
+      "prefix sums, chunked with activation-dtype operands; the declared profile's baselines) "
+      "+ floor, rel_rms ceiling "
       "fp32 {:.0e} / bf16 {:.0e} / fp16 {:.0e} per tensor (x2 for the whole layer)",
       TolerancePolicy::kId, TolerancePolicy::kFactor,
       dtype_tolerance(cases::DType::kF32).rel_ceiling,

@@ -38,7 +38,13 @@ void rule_sequence(Formulation f, cases::DType activations, const SequenceInputs
       std::copy_n(&in.v[(t * in.HV + h) * V], V, &v[t * V]);
       g[t] = in.g[t * in.HV + h];
       beta[t] = in.beta[t * in.HV + h];
-      if (in.l2) {
+      // The L2 norm on bf16 tensors (Transformers 4.57). Not on fp16 ones: there x * x
+      // overflows above |x| ~ 256 and underflows below ~2.4e-4 (the hugeqk and tinyqk regimes),
+      // a form no correct fp16 kernel uses, which the fp16 ceiling rightly rejects.
+      if (in.l2 && f == Formulation::kChunkedNormAct && activations == cases::DType::kBF16) {
+        l2_normalize_in(&q[t * K], K, activations);
+        l2_normalize_in(&k[t * K], K, activations);
+      } else if (in.l2) {
         l2_normalize(&q[t * K], K);
         l2_normalize(&k[t * K], K);
       }
@@ -52,8 +58,10 @@ void rule_sequence(Formulation f, cases::DType activations, const SequenceInputs
     if (f == Formulation::kRecurrent)
       recurrent_rule(s, S, out.data(), ts_head);
     else
-      chunked_rule(s, S, out.data(), ts_head,
-                   f == Formulation::kChunkedLowp ? activations : cases::DType::kF32);
+      chunked_rule(
+          s, S, out.data(), ts_head,
+          f == Formulation::kChunkedLowp ? activations : cases::DType::kF32,
+          {f == Formulation::kChunked128 ? 128 : kChunk, f == Formulation::kChunkedCumsum});
     for (int64_t t = 0; t < L; ++t) {
       std::copy_n(&out[t * V], V, &o[(t * in.HV + h) * V]);
       if (token_states) std::copy_n(&ts[t * per], per, &token_states[(t * in.HV + h) * per]);

@@ -14,7 +14,17 @@
 
 namespace deltacheck::backends::right {
 
-enum class Formulation { kRecurrent, kChunked, kChunkedLowp };
+// kChunkedCumsum: kChunked with each prefix sum of the gates rounded on its own (jnp.cumsum);
+// kChunked128: kChunked by chunks of 128; kChunkedNormAct: kChunked with the q/k L2 norm in the
+// activation dtype (Transformers 4.57). The last two are judged with their declared profiles.
+enum class Formulation {
+  kRecurrent,
+  kChunked,
+  kChunkedLowp,
+  kChunkedCumsum,
+  kChunked128,
+  kChunkedNormAct
+};
 
 // One sequence of every head, token-major as the case stores it, widened to T (float in the
 // backends, double in the self-test): q, k [length, H, K], v [length, HV, V], g, beta [length, HV].
