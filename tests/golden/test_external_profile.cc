@@ -42,7 +42,7 @@ class ExternalProfile : public ::testing::Test {
 
   harness::CaseResult run(const std::string& file, const std::string& cli_profile = "") {
     harness::BackendOptions o;
-    o.cmd = "cp '" + (dir_ / file).string() + "' {out}; : {in}";
+    o.cmd = "cp '" + (dir_ / file) + "' {out}; : {in}";
     o.profile = harness::profile_from_name(cli_profile);
     auto backend = backends::make_backend("external", o);
     return harness::run_case(*pc_, *backend);
