@@ -9,6 +9,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <future>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -617,6 +618,9 @@ PrecisionProfile relevant_profile(PrecisionProfile p, const PreparedCase& pc) {
 struct Undeclared {
   PrecisionProfile choice;
   std::string declare;  // the reason line's advice
+  // Looked for only in fails up to this margin: TF32's 10 mantissa bits put its errors some
+  // 1000x above fp32's threshold; a chunk size or the L2 norm's dtype moves them a few times.
+  double max_margin;
 };
 
 std::vector<Undeclared> undeclared_choices(const PrecisionProfile& declared) {
@@ -628,30 +632,32 @@ std::vector<Undeclared> undeclared_choices(const PrecisionProfile& declared) {
   if (declared.matmul == MatmulPrecision::kDefault)
     out.push_back({tf32,
                    "the errors are of TF32 size: the kernel likely runs fp32 matmuls in TF32 "
-                   "(declare it with --matmul-precision tf32 if that is intended)"});
+                   "(declare it with --matmul-precision tf32 if that is intended)",
+                   std::numeric_limits<double>::infinity()});
   if (declared.chunk == PrecisionProfile::kDefaultChunk)
     out.push_back({chunk,
                    "the errors are of chunk=128 size: declare --profile chunk=128 if the kernel "
-                   "chunks by 128"});
+                   "chunks by 128",
+                   10.0});
   if (!declared.l2norm_act)
     out.push_back({norm,
                    "the errors are of l2norm=act size: declare --profile l2norm=act if the "
-                   "kernel computes the q/k L2 norm in the activation dtype"});
+                   "kernel computes the q/k L2 norm in the activation dtype",
+                   10.0});
   return out;
 }
 
 // For a fail: the reason line's hint when a profile choice the backend did not declare explains
 // its errors: judged with that choice added the case passes, and the errors are of the added
 // baseline's size (a quarter of it or more: slips far below it are not that choice's doing).
-// Only for fails within 10x of the threshold (a formulation choice is a few times the
+// Only for fails within a choice's reach of the threshold (a chunk size is a few times the
 // baselines, a bug orders of magnitude), so the extra baselines cost a failing case only.
 std::string profile_hint(const PreparedCase& pc, const PrecisionProfile& declared,
                          const cases::TensorMap& outputs, const CaseResult& r) {
-  if (r.margin > 10) return "";
   const PrecisionProfile now = relevant_profile(declared, pc);
   for (const Undeclared& u : undeclared_choices(declared)) {
     const PrecisionProfile with = relevant_profile(merged(declared, u.choice), pc);
-    if (with == now) continue;
+    if (with == now || r.margin > u.max_margin) continue;
     const PreparedCase as = with_precision(pc, with);
     const CaseResult t = judge(as, outputs, r.backend);
     double like = 0;
