@@ -28,7 +28,12 @@ FunctionBackend& FunctionBackend::set_batch_invariant(bool batch_invariant) {
 }
 
 FunctionBackend& FunctionBackend::set_matmul_precision(harness::MatmulPrecision precision) {
-  precision_ = precision;
+  profile_.matmul = precision;
+  return *this;
+}
+
+FunctionBackend& FunctionBackend::set_profile(const harness::PrecisionProfile& profile) {
+  profile_ = profile;
   return *this;
 }
 

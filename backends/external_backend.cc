@@ -45,6 +45,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -773,7 +774,7 @@ class ExternalBackend : public Backend {
       : cmd_(o.cmd),
         serve_(o.serve),
         timeout_s_(o.timeout_s),
-        precision_(o.matmul_precision),
+        profile_(o.profile),
         deterministic_(o.deterministic),
         batch_invariant_(o.batch_invariant) {}
 
@@ -785,10 +786,14 @@ class ExternalBackend : public Backend {
     return "a program run once per case: --cmd 'PROGRAM {in} {out}' [--timeout S] "
            "(protocol: golden/README.md)";
   }
-  // Nothing is known about the program unless it was declared (--deterministic,
-  // --matmul-precision): the repeat probe measures whether its bits repeat.
+  // Nothing is known about the program unless it was declared (--deterministic, --profile or
+  // its {out} file's profile attribute): the repeat probe measures whether its bits repeat.
   bool deterministic() const override { return deterministic_; }
-  MatmulPrecision matmul_precision() const override { return precision_; }
+  MatmulPrecision matmul_precision() const override { return precision_profile().matmul; }
+  PrecisionProfile precision_profile() const override {
+    std::lock_guard<std::mutex> lock(profile_mu_);
+    return declared_ ? merged(profile_, *declared_) : profile_;
+  }
   bool batch_invariant(const cases::Case&) const override { return batch_invariant_; }
   Support supports(const cases::Case& c) const override { return Support::Yes(); }
 
@@ -951,19 +956,47 @@ class ExternalBackend : public Backend {
     }
     // Read in a child process too: the HDF5 library can hang or crash on a crafted file, and
     // the program's output is as untrusted as the program.
-    Status st =
-        run_isolated([&](cases::TensorMap& into) { return golden::read_output_file(out, into); },
-                     outputs, {timeout_s_});
+    // The program's profile declaration (a root attribute) comes back in a byte tensor added
+    // to the outputs for the read and taken off after it.
+    outputs.add(cases::Tensor("{out} profile", cases::DType::kU8, {256}));
+    struct TakeOff {
+      cases::TensorMap& m;
+      ~TakeOff() { m.all().pop_back(); }
+    } take_off{outputs};
+    std::memset(outputs.all().back().data(), 0, 256);
+    Status st = run_isolated(
+        [&](cases::TensorMap& into) {
+          return golden::read_output_file(out, into, &into.all().back());
+        },
+        outputs, {timeout_s_});
     if (st.code() == StatusCode::kInternal)  // the reader's child crashed or hung
       return Status::Internal("reading the " + who + "'s {out} " + st.message());
     if (st.code() == StatusCode::kUnsupported) return st;
     if (!st.ok()) return Status::InvalidArgument(who + "'s outputs: " + st.message());
+    const std::string declared(static_cast<const char*>(outputs.all().back().data()));
+    if (!declared.empty()) {
+      PrecisionProfile p;
+      try {
+        p = profile_from_name(declared);
+      } catch (const std::invalid_argument& e) {
+        return Status::InvalidArgument(who + "'s {out} attribute profile: " + e.what());
+      }
+      std::lock_guard<std::mutex> lock(profile_mu_);
+      if (declared_ && *declared_ != p)
+        return Status::InvalidArgument(who + "'s {out} declares profile '" + profile_name(p) +
+                                       "' after '" + profile_name(*declared_) +
+                                       "': one profile per program");
+      declared_ = p;
+    }
     return Status::Ok();
   }
 
   std::string cmd_, serve_;
   double timeout_s_;
-  MatmulPrecision precision_;
+  PrecisionProfile profile_;
+  // What the program declared in its {out} files (added to --profile's choices).
+  mutable std::mutex profile_mu_;
+  std::optional<PrecisionProfile> declared_;
   bool deterministic_;
   bool batch_invariant_;
   std::mutex mu_;

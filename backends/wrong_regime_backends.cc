@@ -53,6 +53,14 @@ class WrongRegimeBackend : public Backend {
   std::string name() const override { return name_; }
   std::string description() const override { return description_; }
   bool deliberately_wrong() const override { return true; }
+  // A recurrent kernel with an fp32 state and fp32 operands, declared as its correct
+  // counterpart would declare it: judged without the activation-dtype-operands baseline
+  // (docs/tolerance.md, "Precision profiles"), where its rounded S^T k is 3500x off.
+  PrecisionProfile precision_profile() const override {
+    PrecisionProfile p;
+    p.operands_fp32 = bug_ == Bug::kRoundedStk;
+    return p;
+  }
   Support supports(const cases::Case& c) const override {
     if (c.op() == "layer" && bug_ == Bug::kL2NormMaxEps) return Support::Yes();
     return gdr_calls_support(name(), c);

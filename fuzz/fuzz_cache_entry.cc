@@ -45,7 +45,7 @@ struct World {
   Case c = Case::parse(kCase);
   ExpectationCache::Prepared honest;
   std::string honest_payload;
-  deltacheck::ops::MatmulPrecision precision = deltacheck::ops::MatmulPrecision::kDefault;
+  deltacheck::ops::PrecisionProfile precision;
   fs::path entry;  // where the cache keeps c's preparation
 };
 

@@ -43,6 +43,11 @@ Status write_input_file(const cases::SafeDir& dir, const std::string& name, cons
 }
 
 Status read_output_file(const std::string& path, cases::TensorMap& outputs) {
+  return read_output_file(path, outputs, nullptr);
+}
+
+Status read_output_file(const std::string& path, cases::TensorMap& outputs,
+                        cases::Tensor* profile) {
   const cases::NoForkSection no_fork;  // HDF5 holds a library-wide lock
   quiet_hdf5();
   struct stat st;
@@ -57,7 +62,16 @@ Status read_output_file(const std::string& path, cases::TensorMap& outputs) {
     return Status::Unsupported(why.ok() ? cases::printable_line(why.value(), 1000)
                                         : "declined by the program");
   }
+  if (profile && H5Aexists(f, "profile") > 0) {
+    StatusOr<std::string> p = read_attr_string(f, "{out}", "profile");
+    if (!p.ok()) return p.status();
+    if (p.value().size() >= static_cast<size_t>(profile->numel()))
+      return invalid("{out} attribute profile is longer than " +
+                     std::to_string(profile->numel() - 1) + " characters");
+    std::memcpy(profile->data(), p.value().data(), p.value().size());
+  }
   for (Tensor& t : outputs.all()) {
+    if (&t == profile) continue;
     const std::string where = "output '" + t.name() + "'";
     if (H5Lexists(f, t.name().c_str(), H5P_DEFAULT) <= 0) {
       std::string found;

@@ -28,6 +28,11 @@ Status write_input_file(const cases::SafeDir& dir, const std::string& name, cons
 // file's root datasets. A root attribute "unsupported" is the program declining the case
 // (Status Unsupported with its text); anything missing or malformed is InvalidArgument.
 Status read_output_file(const std::string& path, cases::TensorMap& outputs);
+// The same, and the program's precision-profile declaration (a root attribute `profile`, e.g.
+// "chunk=128,cumsum=independent"; docs/external.md): its text, NUL-terminated, in `profile`, a
+// kU8 tensor of `outputs` that is not read as an output (left zero without the attribute; a
+// text that does not fit is an error).
+Status read_output_file(const std::string& path, cases::TensorMap& outputs, cases::Tensor* profile);
 // Writes `outputs` in the {out} format (tests, and C++ programs that answer the protocol).
 Status write_output_file(const std::string& path, const cases::TensorMap& outputs);
 

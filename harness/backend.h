@@ -48,6 +48,15 @@ class Backend {
   virtual bool batch_invariant(const cases::Case& c) const { return true; }
   // What the backend's matmuls do with fp32 operands (TF32: judged against the TF32 baseline).
   virtual MatmulPrecision matmul_precision() const { return MatmulPrecision::kDefault; }
+  // The formulation choices the backend makes (chunk size, independent prefix sums, the L2 norm
+  // in the activation dtype, fp32 operands, TF32; ops/precision.h): it is judged against that
+  // profile's baselines, and the profile is printed with every result. The default is the
+  // default profile with matmul_precision().
+  virtual PrecisionProfile precision_profile() const {
+    PrecisionProfile p;
+    p.matmul = matmul_precision();
+    return p;
+  }
   virtual Support supports(const cases::Case& c) const = 0;
   // Writes every tensor of `outputs` (shapes and dtypes fixed by the operation).
   virtual Status run(const cases::Case& c, const cases::TensorMap& inputs,
@@ -85,9 +94,10 @@ struct BackendOptions {
   std::string serve;           // external: 'PROGRAM', one process serving every call of a
                                // thread (docs/external.md); instead of cmd
   double timeout_s = 120.0;    // external: per case
-  // external, torch-op: the candidate's declared matmul precision (fp32 | tf32), and whether it
-  // promises bit-identical repeats (otherwise the repeat probe measures it)
-  MatmulPrecision matmul_precision = MatmulPrecision::kDefault;
+  // external, torch-op: the candidate's declared precision profile (--profile; --matmul-precision
+  // tf32 is its tf32 choice), and whether it promises bit-identical repeats (otherwise the
+  // repeat probe measures it)
+  PrecisionProfile profile;
   bool deterministic = false;
   bool batch_invariant = false;
   std::string library;  // torch-op: shared library registering the operator

@@ -522,11 +522,11 @@ T ExpectationCache::through(const std::string& key, size_t max_payload,
 
 ExpectationCache::Prepared ExpectationCache::prepared(const cases::Case& c,
                                                       const cases::GenOptions& options,
-                                                      ops::MatmulPrecision precision,
+                                                      const ops::PrecisionProfile& precision,
                                                       const std::function<Prepared()>& compute,
                                                       Unwritten* defer) const {
   return through<Prepared>(
-      make_key("prepare", c, salts_text(options), ops::matmul_precision_name(precision)),
+      make_key("prepare", c, salts_text(options), ops::profile_name(precision)),
       max_payload_bytes(c), compute, read_prepared, write_prepared, defer);
 }
 
@@ -538,9 +538,9 @@ cases::TensorMap ExpectationCache::inputs(const cases::Case& c, const cases::Gen
 }
 
 BaselineErrors ExpectationCache::errors(const std::string& role, const cases::Case& c,
-                                        ops::MatmulPrecision precision,
+                                        const ops::PrecisionProfile& precision,
                                         const std::function<BaselineErrors()>& compute) const {
-  return through<BaselineErrors>(make_key(role, c, "", ops::matmul_precision_name(precision)),
+  return through<BaselineErrors>(make_key(role, c, "", ops::profile_name(precision)),
                                  max_payload_bytes(c), compute, read_errors, write_errors, nullptr);
 }
 

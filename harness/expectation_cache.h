@@ -9,7 +9,7 @@
 // 1 GB/s against the time its computation took), so large states with few tokens stay uncached.
 //
 // Keyed by everything the value depends on: the value's role, the case id, the generator options
-// (probe salts), the matmul precision, the generator version and a build id: the SHA-256 of every
+// (probe salts), the precision profile, the generator version and a build id: the SHA-256 of every
 // source file of cases/, ops/, reference/, core/ and harness/ plus the compiler (generated at
 // build time, harness/CMakeLists.txt), so a change to any code that computes expectations starts
 // from an empty cache. Values round-trip bit for bit.
@@ -109,14 +109,14 @@ class ExpectationCache {
   // `compute()`'s result, from the cache when an entry for (case, options, precision) exists,
   // else computed and stored (with `defer`: left in *defer for write()).
   Prepared prepared(const cases::Case& c, const cases::GenOptions& options,
-                    ops::MatmulPrecision precision, const std::function<Prepared()>& compute,
-                    Unwritten* defer = nullptr) const;
+                    const ops::PrecisionProfile& precision,
+                    const std::function<Prepared()>& compute, Unwritten* defer = nullptr) const;
   void write(Unwritten entry) const;
   cases::TensorMap inputs(const cases::Case& c, const cases::GenOptions& options,
                           const std::function<cases::TensorMap()>& compute) const;
   // `role` names what the errors are ("split", ...).
   BaselineErrors errors(const std::string& role, const cases::Case& c,
-                        ops::MatmulPrecision precision,
+                        const ops::PrecisionProfile& precision,
                         const std::function<BaselineErrors()>& compute) const;
 
   Stats stats() const;

@@ -209,6 +209,7 @@ class IsolatedBackend : public Backend {
   bool deterministic() const override { return inner_->deterministic(); }
   bool batch_invariant(const cases::Case& c) const override { return inner_->batch_invariant(c); }
   MatmulPrecision matmul_precision() const override { return inner_->matmul_precision(); }
+  PrecisionProfile precision_profile() const override { return inner_->precision_profile(); }
   Support supports(const cases::Case& c) const override { return inner_->supports(c); }
   Status run(const cases::Case& c, const cases::TensorMap& inputs,
              cases::TensorMap& outputs) override {

@@ -55,7 +55,9 @@ struct CaseResult {
   std::string case_id;
   std::string op;
   std::string backend;
-  std::string precision = "fp32";  // the backend's declared matmul precision (fp32 | tf32)
+  // The backend's declared precision profile: "fp32" (default), "tf32", "chunk=128,..."
+  // (ops/precision.h, profile_name).
+  std::string precision = "fp32";
   Verdict verdict = Verdict::kSkipped;
   std::string message;  // the one-line reason (failure message, error, unsupported reason)
   std::vector<TensorReport> tensors;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <future>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -373,7 +374,7 @@ TensorReport measure_tolerant(const PreparedCase& pc, Compared& c, const Metrics
   // TF32 operands have fp16's 10 mantissa bits: a declared TF32 backend's fp32 tensors take
   // fp16's ceiling (their floors stay fp32's, the storage dtype's).
   const cases::DType computed = spec.precision.value_or(spec.dtype);
-  const bool tf32 = pc.precision == MatmulPrecision::kTF32 && computed == cases::DType::kF32;
+  const bool tf32 = pc.precision.matmul == MatmulPrecision::kTF32 && computed == cases::DType::kF32;
   tr.threshold =
       threshold(tf32 ? cases::DType::kF16 : computed, tr.baseline.rel_rms, tr.baseline.max_abs,
                 tr.metrics.ref_max_abs, spec.ceiling_factor, spec.dtype);
@@ -596,8 +597,8 @@ CaseResult judge(const PreparedCase& pc, const cases::TensorMap& outputs,
 
 namespace {
 
-// A prepared case whose baselines include `precision`'s (a TF32 backend on fp32 activations).
-PreparedCase with_precision(const PreparedCase& pc, MatmulPrecision precision) {
+// A prepared case whose baselines are those of `precision`, a backend's declared profile.
+PreparedCase with_precision(const PreparedCase& pc, const PrecisionProfile& precision) {
   PreparedCase out = pc;
   out.precision = precision;
   auto compute = [&] {
@@ -625,34 +626,107 @@ int64_t first_bad_sequence(const CaseResult& r) {
   return first;
 }
 
+// The part of profile `p` that changes the baselines of pc's case: TF32 only on fp32
+// activations, the L2 norm's dtype and fp32 operands only on bf16 / fp16 ones.
+PrecisionProfile relevant_profile(PrecisionProfile p, const PreparedCase& pc) {
+  if (has_fp32_activations(pc)) {
+    p.l2norm_act = false;
+    p.operands_fp32 = false;
+  } else {
+    p.matmul = MatmulPrecision::kDefault;
+  }
+  return p;
+}
+
+// A profile choice a failing kernel may have made without declaring it, and how to declare it.
+struct Undeclared {
+  PrecisionProfile choice;
+  std::string declare;  // the reason line's advice
+  // Looked for only in fails up to this margin: TF32's 10 mantissa bits put its errors some
+  // 1000x above fp32's threshold; a chunk size or the L2 norm's dtype moves them a few times.
+  double max_margin;
+};
+
+std::vector<Undeclared> undeclared_choices(const PrecisionProfile& declared) {
+  std::vector<Undeclared> out;
+  PrecisionProfile tf32, chunk, norm;
+  tf32.matmul = MatmulPrecision::kTF32;
+  chunk.chunk = 128;
+  norm.l2norm_act = true;
+  if (declared.matmul == MatmulPrecision::kDefault)
+    out.push_back({tf32,
+                   "the errors are of TF32 size: the kernel likely runs fp32 matmuls in TF32 "
+                   "(declare it with --matmul-precision tf32 if that is intended)",
+                   std::numeric_limits<double>::infinity()});
+  if (declared.chunk == PrecisionProfile::kDefaultChunk)
+    out.push_back({chunk,
+                   "the errors are of chunk=128 size: declare --profile chunk=128 if the kernel "
+                   "chunks by 128",
+                   10.0});
+  if (!declared.l2norm_act)
+    out.push_back({norm,
+                   "the errors are of l2norm=act size: declare --profile l2norm=act if the "
+                   "kernel computes the q/k L2 norm in the activation dtype",
+                   10.0});
+  return out;
+}
+
+// For a fail: the reason line's hint when a profile choice the backend did not declare explains
+// its errors: judged with that choice added the case passes, and the errors are of the added
+// baseline's size (a quarter of it or more: slips far below it are not that choice's doing).
+// Only for fails within a choice's reach of the threshold (a chunk size is a few times the
+// baselines, a bug orders of magnitude), so the extra baselines cost a failing case only.
+std::string profile_hint(const PreparedCase& pc, const PrecisionProfile& declared,
+                         const cases::TensorMap& outputs, const CaseResult& r) {
+  const PrecisionProfile now = relevant_profile(declared, pc);
+  for (const Undeclared& u : undeclared_choices(declared)) {
+    const PrecisionProfile with = relevant_profile(merged(declared, u.choice), pc);
+    if (with == now || r.margin > u.max_margin) continue;
+    const PreparedCase as = with_precision(pc, with);
+    const CaseResult t = judge(as, outputs, r.backend);
+    double like = 0;
+    for (const TensorReport& tr : t.tensors)
+      if (tr.baseline.rel_rms > 0) like = std::max(like, tr.metrics.rel_rms / tr.baseline.rel_rms);
+    if (t.verdict == Verdict::kPass && like >= 0.25) return "; " + u.declare;
+  }
+  return "";
+}
+
 }  // namespace
 
 CaseResult run_case(const PreparedCase& prepared, Backend& backend, bool probes,
                     const FailureCallback& on_failure, bool prepare_ahead, bool require_probes) {
   const auto t0 = std::chrono::steady_clock::now();
-  const MatmulPrecision precision = backend.matmul_precision();
-  // A backend that declares TF32 matmuls is judged against the TF32 baseline on fp32 cases.
-  std::optional<PreparedCase> tf32;
-  if (precision != prepared.precision && !operation_for(prepared.c).exact(prepared.c) &&
-      has_fp32_activations(prepared) && backend_supports(backend, prepared.c).ok)
-    tf32 = with_precision(prepared, precision);
-  const PreparedCase& pc = tf32 ? *tf32 : prepared;
-  CaseResult r = base_result(pc, backend.name());
-  r.precision = matmul_precision_name(precision);
-  const Support s = backend_supports(backend, pc.c);
+  // A backend is judged against its declared profile's baselines (re-prepared where the
+  // profile changes them for this case's precision).
+  const bool tolerant = !operation_for(prepared.c).exact(prepared.c);
+  PrecisionProfile profile = backend.precision_profile();
+  std::optional<PreparedCase> profiled;
+  auto reprofile = [&](const PrecisionProfile& p) {
+    profiled.reset();
+    if (tolerant && relevant_profile(p, prepared) != prepared.precision)
+      profiled = with_precision(prepared, relevant_profile(p, prepared));
+  };
+  if (tolerant && relevant_profile(profile, prepared) != prepared.precision &&
+      backend_supports(backend, prepared.c).ok)
+    reprofile(profile);
+  const PreparedCase* pcp = profiled ? &*profiled : &prepared;
+  CaseResult r = base_result(*pcp, backend.name());
+  r.precision = profile_name(profile);
+  const Support s = backend_supports(backend, pcp->c);
   if (!s.ok) return with_verdict(std::move(r), Verdict::kUnsupported, s.reason);
   // Planned before the call, so that with prepare_ahead the first probe call's setup is built
   // while the backend runs this one.
   std::optional<ProbePlan> plan;
   try {
-    if (probes) plan.emplace(pc, prepare_ahead);
+    if (probes) plan.emplace(*pcp, prepare_ahead);
   } catch (const std::exception&) {  // run_probes below meets it again and reports it
   }
-  cases::TensorMap outputs = allocate_outputs(pc.outputs);
+  cases::TensorMap outputs = allocate_outputs(pcp->outputs);
   Status st;
   const auto tb = std::chrono::steady_clock::now();
   try {
-    st = execute(backend, pc.c, pc.inputs, outputs, pc.inputs_copy.get());
+    st = execute(backend, pcp->c, pcp->inputs, outputs, pcp->inputs_copy.get());
   } catch (const std::exception& e) {
     r.seconds_backend = seconds_since(tb);
     return with_verdict(std::move(r), Verdict::kError, std::string("threw: ") + e.what());
@@ -666,26 +740,25 @@ CaseResult run_case(const PreparedCase& prepared, Backend& backend, bool probes,
         st.code() == StatusCode::kUnsupported ? Verdict::kUnsupported : Verdict::kError;
     return with_verdict(std::move(r), v, st.message());
   }
+  // An external program may declare its profile in its {out} file: known after its first call.
+  if (const PrecisionProfile now = backend.precision_profile(); now != profile) {
+    profile = now;
+    reprofile(profile);
+    pcp = profiled ? &*profiled : &prepared;
+    if (plan) {
+      plan.reset();
+      try {
+        plan.emplace(*pcp, prepare_ahead);
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  const PreparedCase& pc = *pcp;
   r = judge(pc, outputs, backend.name());
-  r.precision = matmul_precision_name(precision);
+  r.precision = profile_name(profile);
   r.seconds_backend = backend_seconds;
   if (r.verdict == Verdict::kLeak || r.verdict == Verdict::kFail) confirm_leak(pc, backend, r);
-  if (r.verdict == Verdict::kFail && precision == MatmulPrecision::kDefault &&
-      has_fp32_activations(pc) && !operation_for(pc.c).exact(pc.c)) {
-    // An undeclared TF32 kernel: its errors fit the TF32 baseline's tolerance.
-    // Its errors fit the TF32 baseline's tolerance and are of the TF32 baseline's size (a
-    // quarter of it or more: fp32 slips far below it are not TF32's doing).
-    const PreparedCase as_tf32 = with_precision(pc, MatmulPrecision::kTF32);
-    const CaseResult t = judge(as_tf32, outputs, backend.name());
-    double like_tf32 = 0;
-    for (const TensorReport& tr : t.tensors)
-      if (tr.baseline.rel_rms > 0)
-        like_tf32 = std::max(like_tf32, tr.metrics.rel_rms / tr.baseline.rel_rms);
-    if (t.verdict == Verdict::kPass && like_tf32 >= 0.25)
-      r.message +=
-          "; the errors are of TF32 size: the kernel likely runs fp32 matmuls in TF32 "
-          "(declare it with --matmul-precision tf32 if that is intended)";
-  }
+  if (r.verdict == Verdict::kFail && tolerant) r.message += profile_hint(pc, profile, outputs, r);
   if (probes && (r.verdict == Verdict::kPass || r.verdict == Verdict::kFail)) {
     try {
       r.probes =

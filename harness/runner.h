@@ -30,8 +30,9 @@ struct PreparedCase {
   // operation's order. Filled by prepare() so judging several backends (and probes) measures the
   // baselines once; judge() computes them when absent.
   BaselineErrors baseline_errors = {};
-  // The matmul precision the baselines include (a TF32 backend's case is re-prepared with it).
-  MatmulPrecision precision = MatmulPrecision::kDefault;
+  // The precision profile the baselines are of (a case is re-prepared with a backend's declared
+  // profile, ops/precision.h).
+  PrecisionProfile precision = PrecisionProfile{};
   // Where the probes look up and store what they derive from the case (null: no cache).
   std::shared_ptr<const ExpectationCache> cache = nullptr;
   // The case's own cache entry, computed by prepare(..., defer_store = true) and written by

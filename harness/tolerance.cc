@@ -131,8 +131,9 @@ std::string describe_bias(const RoundingBias& b, const std::string& dtype,
 
 std::string describe_policy() {
   return fmt::format(
-      "{}: err <= {} x max err(fp32 recurrence, fp32 chunked, chunked with activation-dtype "
-      "operands; tf32 operands where declared) + floor, rel_rms ceiling "
+      "{}: err <= {} x max err(fp32 recurrence, fp32 chunked with running and independent "
+      "prefix sums, chunked with activation-dtype operands; the declared profile's baselines) "
+      "+ floor, rel_rms ceiling "
       "fp32 {:.0e} / bf16 {:.0e} / fp16 {:.0e} per tensor (x2 for the whole layer); bf16/fp16 "
       "outputs fail a sign test of "
       "rounding bias at >= {:.0f}% of errors one way with z >= {:.0f}",

@@ -121,11 +121,15 @@ std::string describe_bias(const RoundingBias& b, const std::string& dtype, const
 
 std::string describe_policy();
 
-// The matmul precision a backend declares and the rule's baseline formulations live with the
-// operations (ops/precision.h); the harness names them as before.
+// The precision profile a backend declares (with its matmul precision) and the rule's baseline
+// formulations live with the operations (ops/precision.h); the harness names them as before.
 using ops::matmul_precision_from_name;
 using ops::matmul_precision_name;
 using ops::MatmulPrecision;
+using ops::merged;
+using ops::PrecisionProfile;
+using ops::profile_from_name;
+using ops::profile_name;
 using ops::rule_baselines;
 
 }  // namespace deltacheck::harness

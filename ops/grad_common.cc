@@ -73,7 +73,7 @@ Values BackwardOperation::oracle(const Case& c, const TensorMap& in) const {
 }
 
 std::vector<Baseline> BackwardOperation::baselines(const Case& c, const TensorMap& in,
-                                                   MatmulPrecision precision) const {
+                                                   const PrecisionProfile& precision) const {
   const Problem p = problem(c);
   std::vector<Baseline> out;
   for (const reference::Arithmetic& how : grad_baselines(p.dtype, precision))

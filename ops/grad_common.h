@@ -66,7 +66,7 @@ class BackwardOperation : public Operation {
  public:
   Values oracle(const Case& c, const TensorMap& in) const override;
   std::vector<Baseline> baselines(const Case& c, const TensorMap& in,
-                                  MatmulPrecision precision) const override;
+                                  const PrecisionProfile& precision) const override;
   std::vector<int64_t> sequence_lengths(const Case& c) const override;
   bool repackable(const Case& c) const override { return true; }
   int64_t tail_rows(const Case& c) const override;

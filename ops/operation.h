@@ -101,14 +101,15 @@ class Operation {
   virtual std::vector<OutputSpec> outputs(const cases::Case& c) const = 0;
   virtual Values oracle(const cases::Case& c, const cases::TensorMap& inputs) const = 0;
   // The straightforward implementations in real use, in the case's precision (tolerance
-  // baselines); `precision` adds the baseline of a backend's declared matmul precision (TF32).
+  // baselines); `precision` is the backend's declared profile, whose choices add (or remove)
+  // baselines (ops/precision.h).
   // Empty for operations compared bit-exactly.
   virtual std::vector<Baseline> baselines(const cases::Case& c, const cases::TensorMap& inputs,
-                                          MatmulPrecision precision) const = 0;
+                                          const PrecisionProfile& precision) const = 0;
   // Entry `i` of baselines() alone, with the same bits: the split probe carries each baseline's
   // own states into its second call, one formulation at a time. The default computes them all.
   virtual Baseline baseline(const cases::Case& c, const cases::TensorMap& inputs,
-                            MatmulPrecision precision, size_t i) const {
+                            const PrecisionProfile& precision, size_t i) const {
     return baselines(c, inputs, precision).at(i);
   }
   virtual std::vector<SeqSlice> slices(const cases::Case& c, const std::string& output) const = 0;

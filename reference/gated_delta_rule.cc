@@ -47,16 +47,23 @@ std::vector<Lane> make_lanes(const GatedDeltaRuleArgs& a) {
 // factor.
 template <typename T>
 DELTACHECK_ALWAYS_INLINE void load_qk(const GatedDeltaRuleArgs& a, const double* src, int64_t row,
-                                      int64_t t, int64_t head, T factor, T* dst) {
+                                      int64_t t, int64_t head, T factor, T* dst,
+                                      Rounding norm = Rounding::kNone) {
   const int64_t K = a.key_dim;
   const double* x = src + ((row * a.seq_len + t) * a.num_heads + head) * K;
   T inv = T(1);
   if (a.use_qk_l2norm) {
+    // In `norm` (the activation dtype) every step is a tensor of that dtype: x * x, the sum
+    // (accumulated in T), the sum plus eps, the inverse norm and x times it.
     T ss = T(0);
-    for (int64_t i = 0; i < K; ++i) ss += T(x[i]) * T(x[i]);
-    inv = T(1) / std::sqrt(ss + T(1e-6));
+    for (int64_t i = 0; i < K; ++i) ss += round_to(norm, T(T(x[i]) * T(x[i])));
+    inv = round_to(norm, T(T(1) / std::sqrt(round_to(norm, T(round_to(norm, ss) + T(1e-6))))));
   }
-  for (int64_t i = 0; i < K; ++i) dst[i] = T(x[i]) * inv * factor;
+  if (norm == Rounding::kNone || !a.use_qk_l2norm) {
+    for (int64_t i = 0; i < K; ++i) dst[i] = T(x[i]) * inv * factor;
+  } else {
+    for (int64_t i = 0; i < K; ++i) dst[i] = round_to(norm, T(T(x[i]) * inv)) * factor;
+  }
 }
 
 double resolved_scale(const GatedDeltaRuleArgs& a) {
@@ -133,7 +140,8 @@ DELTACHECK_ALWAYS_INLINE T round2(Rounding op, Rounding st, T x) {
 // One lane of it, writing its rows of r.
 template <typename T>
 DELTACHECK_ALWAYS_INLINE void recurrent_lane(const GatedDeltaRuleArgs& a, Rounding output,
-                                             const Lane& L, GatedDeltaRuleResult& r) {
+                                             Rounding norm, const Lane& L,
+                                             GatedDeltaRuleResult& r) {
   const int64_t K = a.key_dim, V = a.value_dim, H = a.num_heads, HV = a.num_value_heads;
   const int64_t group = HV / H;
   const T scale = static_cast<T>(resolved_scale(a));
@@ -147,8 +155,8 @@ DELTACHECK_ALWAYS_INLINE void recurrent_lane(const GatedDeltaRuleArgs& a, Roundi
     std::vector<T> q(K), k(K), u(V), o(V);
     for (int64_t t = L.token_begin; t < L.token_begin + L.length; ++t) {
       const int64_t tok = (L.batch_row * a.seq_len + t) * HV + L.value_head;
-      load_qk<T>(a, a.q, L.batch_row, t, qk_head, scale, q.data());
-      load_qk<T>(a, a.k, L.batch_row, t, qk_head, T(1), k.data());
+      load_qk<T>(a, a.q, L.batch_row, t, qk_head, scale, q.data(), norm);
+      load_qk<T>(a, a.k, L.batch_row, t, qk_head, T(1), k.data(), norm);
       const T decay = std::exp(static_cast<T>(a.g[tok]));
       const T beta = static_cast<T>(a.beta[tok]);
       const double* v = a.v + tok * V;
@@ -184,9 +192,9 @@ DELTACHECK_ALWAYS_INLINE void recurrent_lane(const GatedDeltaRuleArgs& a, Roundi
   }
 }
 DELTACHECK_CLONES(recurrent_lane,
-                  (const GatedDeltaRuleArgs& a, Rounding output, const Lane& L,
+                  (const GatedDeltaRuleArgs& a, Rounding output, Rounding norm, const Lane& L,
                    GatedDeltaRuleResult& r),
-                  (a, output, L, r))
+                  (a, output, norm, L, r))
 
 // A zeroed result for a's shapes, then lane(avx2, L, r) on every lane L, spread over threads.
 template <typename LaneFn>
@@ -202,10 +210,11 @@ GatedDeltaRuleResult run_lanes(const GatedDeltaRuleArgs& a, LaneFn&& lane) {
 }
 
 template <typename T>
-GatedDeltaRuleResult recurrent(const GatedDeltaRuleArgs& a, Rounding output) {
+GatedDeltaRuleResult recurrent(const GatedDeltaRuleArgs& a, Rounding output,
+                               Rounding norm = Rounding::kNone) {
   validate(a);
   return run_lanes(a, [&](bool avx2, const Lane& L, GatedDeltaRuleResult& r) {
-    recurrent_lane_dispatch<T>(avx2, a, output, L, r);
+    recurrent_lane_dispatch<T>(avx2, a, output, norm, L, r);
   });
 }
 
@@ -270,11 +279,12 @@ DELTACHECK_ALWAYS_INLINE void chunked_lane(const GatedDeltaRuleArgs& a, const Ar
     for (int64_t c0 = 0; c0 < L.length; c0 += C) {
       const int64_t n = std::min(C, L.length - c0);
       T cum = T(0);
+      double exact = 0.0;  // how.exact_cumsum: the gates' sum in FP64, rounded once per token
       for (int64_t t = 0; t < n; ++t) {
         const int64_t pos = L.token_begin + c0 + t;
         const int64_t tok = (L.batch_row * a.seq_len + pos) * HV + L.value_head;
-        load_qk<T>(a, a.q, L.batch_row, pos, qk_head, T(1), &Q[t * K]);
-        load_qk<T>(a, a.k, L.batch_row, pos, qk_head, T(1), &Kc[t * K]);
+        load_qk<T>(a, a.q, L.batch_row, pos, qk_head, T(1), &Q[t * K], how.qk_norm);
+        load_qk<T>(a, a.k, L.batch_row, pos, qk_head, T(1), &Kc[t * K], how.qk_norm);
         for (int64_t i = 0; i < K; ++i) {
           Q[t * K + i] = round2(op, st, Q[t * K + i]);
           Kc[t * K + i] = round2(op, st, Kc[t * K + i]);
@@ -282,7 +292,8 @@ DELTACHECK_ALWAYS_INLINE void chunked_lane(const GatedDeltaRuleArgs& a, const Ar
         }
         for (int64_t j = 0; j < V; ++j) Vc[t * V + j] = static_cast<T>(a.v[tok * V + j]);
         cum += static_cast<T>(a.g[tok]);  // chunk-local cumulative gate
-        G[t] = cum;
+        exact += static_cast<double>(static_cast<T>(a.g[tok]));
+        G[t] = how.exact_cumsum ? static_cast<T>(exact) : cum;
         B[t] = static_cast<T>(a.beta[tok]);
       }
       T* const s = acc.data();
@@ -389,12 +400,17 @@ std::string describe(const Arithmetic& how) {
   if (how.operands != Rounding::kNone)
     s += std::string(", ") + rounding_name(how.operands) + " operands";
   if (how.exact_cumsum) s += ", exact cumsum";
+  if (how.form == Formulation::kChunked && how.chunk_size != 64)
+    s += ", chunk " + std::to_string(how.chunk_size);
+  if (how.qk_norm != Rounding::kNone)
+    s += std::string(", ") + rounding_name(how.qk_norm) + " l2norm";
   return s;
 }
 
 GatedDeltaRuleResult gated_delta_rule(const GatedDeltaRuleArgs& a, const Arithmetic& how) {
   if (how.form == Formulation::kRecurrent)
-    return how.fp32 ? recurrent<float>(a, how.output) : recurrent<double>(a, how.output);
+    return how.fp32 ? recurrent<float>(a, how.output, how.qk_norm)
+                    : recurrent<double>(a, how.output, how.qk_norm);
   return how.fp32 ? chunked<float>(a, how) : chunked<double>(a, how);
 }
 

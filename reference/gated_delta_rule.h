@@ -80,10 +80,15 @@ struct Arithmetic {
   // accumulated in FP64 and rounded to the compute type once per token, as torch.cumsum computes
   // fp32 on a CPU (FLA's and Transformers' naive chunk functions under autograd); otherwise a
   // running sum in the compute type, as a kernel's loop keeps it.
+  // The forward's chunked form does the same for G (jnp.cumsum, torch.cumsum on a CPU).
   bool exact_cumsum = false;
+  // Forward only: the format the q/k L2 norm is computed in (kBF16 / kF16: x * x, the sum, the
+  // inverse norm and the normalized values each rounded to it, as a model computing the norm
+  // on its bf16 activations does; Transformers 4.57); kNone: in the compute type.
+  Rounding qk_norm = Rounding::kNone;
 };
 
-std::string describe(const Arithmetic& how);  // e.g. "chunked fp32, bf16 operands"
+std::string describe(const Arithmetic& how);  // e.g. "chunked fp32, bf16 operands, chunk 128"
 
 GatedDeltaRuleResult gated_delta_rule(const GatedDeltaRuleArgs& args, const Arithmetic& how);
 

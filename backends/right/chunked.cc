@@ -22,8 +22,8 @@ namespace {
 
 template <typename T>
 void chunked_pass(const HeadSequence<T>& s, int64_t length, T* S, T* o, cases::DType operands,
-                  bool lowp_solve) {
-  const int64_t K = s.K, V = s.V, C = kChunk;
+                  const ChunkChoices& choices) {
+  const int64_t K = s.K, V = s.V, C = choices.chunk;
   auto r = [operands](T x) { return round_to(x, operands); };
   std::vector<T> q(C * K), k(C * K), kT(K * C), kb(C * K), A(C * C), UT(C * C), w(C * K), u(C * V),
       vn(C * V), Sr(K * V), G(C), row(std::max(K, V));
@@ -31,8 +31,13 @@ void chunked_pass(const HeadSequence<T>& s, int64_t length, T* S, T* o, cases::D
     const int64_t n = std::min(C, length - begin);
     const T* beta = s.beta + begin;
     for (int64_t i = 0; i < n * K; ++i) q[i] = r(s.q[begin * K + i]), k[i] = r(s.k[begin * K + i]);
-    G[0] = s.g[begin];
-    for (int64_t i = 1; i < n; ++i) G[i] = G[i - 1] + s.g[begin + i];
+    if (choices.independent_cumsum) {
+      double sum = 0;  // each G_i rounded to T once, from the sum in double
+      for (int64_t i = 0; i < n; ++i) G[i] = static_cast<T>(sum += double(s.g[begin + i]));
+    } else {
+      G[0] = s.g[begin];
+      for (int64_t i = 1; i < n; ++i) G[i] = G[i - 1] + s.g[begin + i];
+    }
     // A = strictly-lower(diag(beta) K K^T (.) decay); rows accumulate over the key dim against
     // the transposed keys kT [K, C], so the inner loops run along a row.
     for (int64_t j = 0; j < n; ++j)
@@ -54,7 +59,7 @@ void chunked_pass(const HeadSequence<T>& s, int64_t length, T* S, T* o, cases::D
       std::fill(t, t + i, T(0));
       for (int64_t m = 0; m < i; ++m) {
         const T a = A[i * C + m];
-        if (lowp_solve) {  // the planted bug: the substitution carried in the activation dtype
+        if (choices.lowp_solve) {  // the planted bug: the substitution carried in the activation dtype
           for (int64_t j = 0; j <= m; ++j) t[j] = r(t[j] - r(a) * UT[m * C + j]);
           continue;
         }
@@ -127,25 +132,25 @@ void chunked_pass(const HeadSequence<T>& s, int64_t length, T* S, T* o, cases::D
 
 template <typename T>
 void chunked_rule(const HeadSequence<T>& s, T* S, T* o, T* token_states, cases::DType operands,
-                  bool lowp_solve) {
+                  ChunkChoices choices) {
   if (token_states) {
     // Each draft prefix is its own chunked call from the same initial state.
     const int64_t per = s.K * s.V;
     std::vector<T> prefix(static_cast<size_t>(per)), scratch(static_cast<size_t>(s.length * s.V));
     for (int64_t p = 1; p < s.length; ++p) {
       std::copy(S, S + per, prefix.begin());
-      chunked_pass(s, p, prefix.data(), scratch.data(), operands, lowp_solve);
+      chunked_pass(s, p, prefix.data(), scratch.data(), operands, choices);
       std::copy(prefix.begin(), prefix.end(), token_states + (p - 1) * per);
     }
   }
-  chunked_pass(s, s.length, S, o, operands, lowp_solve);
+  chunked_pass(s, s.length, S, o, operands, choices);
   if (token_states && s.length > 0)
     std::copy(S, S + s.K * s.V, token_states + (s.length - 1) * s.K * s.V);
 }
 
 template void chunked_rule<float>(const HeadSequence<float>&, float*, float*, float*, cases::DType,
-                                  bool);
+                                  ChunkChoices);
 template void chunked_rule<double>(const HeadSequence<double>&, double*, double*, double*,
-                                   cases::DType, bool);
+                                   cases::DType, ChunkChoices);
 
 }  // namespace deltacheck::backends::right

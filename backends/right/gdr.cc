@@ -45,6 +45,12 @@ void rule_sequence(Formulation f, cases::DType activations, const SequenceInputs
           const T inv = T(1) / std::max(std::sqrt(ss), T(1e-6));
           for (int64_t i = 0; i < K; ++i) x[i] *= inv;
         }
+      } else if (in.l2 && f == Formulation::kChunkedNormAct && activations == cases::DType::kBF16) {
+        // The L2 norm on bf16 tensors (Transformers 4.57). Not on fp16 ones: there x * x
+        // overflows above |x| ~ 256 and underflows below ~2.4e-4 (the hugeqk and tinyqk regimes),
+        // a form no correct fp16 kernel uses, which the fp16 ceiling rightly rejects.
+        l2_normalize_in(&q[t * K], K, activations);
+        l2_normalize_in(&k[t * K], K, activations);
       } else if (in.l2) {
         l2_normalize(&q[t * K], K);
         l2_normalize(&k[t * K], K);
@@ -60,8 +66,11 @@ void rule_sequence(Formulation f, cases::DType activations, const SequenceInputs
       recurrent_rule(s, S, out.data(), ts_head);
     else
       chunked_rule(s, S, out.data(), ts_head,
-                   f == Formulation::kChunked ? cases::DType::kF32 : activations,
-                   f == Formulation::kChunkedLowpSolve);
+                   f == Formulation::kChunkedLowp || f == Formulation::kChunkedLowpSolve
+                       ? activations
+                       : cases::DType::kF32,
+                   {f == Formulation::kChunked128 ? 128 : kChunk, f == Formulation::kChunkedCumsum,
+                    f == Formulation::kChunkedLowpSolve});
     for (int64_t t = 0; t < L; ++t) {
       std::copy_n(&out[t * V], V, &o[(t * in.HV + h) * V]);
       if (token_states) std::copy_n(&ts[t * per], per, &token_states[(t * in.HV + h) * per]);

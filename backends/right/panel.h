@@ -18,12 +18,18 @@ namespace deltacheck::backends::right {
 // kChunkedLowp with the UT matrix's forward substitution carried in the activation dtype (every
 // running sum rounded: wrong:ut-solve-lowp, regime=corrk); kRecurrentL2MaxEps is kRecurrent with
 // q and k normalized as x / max(||x||, 1e-6) (wrong:l2norm-max-eps on the layer, regime=tinyqk).
+// kChunkedCumsum: kChunked with each prefix sum of the gates rounded on its own (jnp.cumsum);
+// kChunked128: kChunked by chunks of 128; kChunkedNormAct: kChunked with the q/k L2 norm in the
+// activation dtype (Transformers 4.57). The last two are judged with their declared profiles.
 enum class Formulation {
   kRecurrent,
   kChunked,
   kChunkedLowp,
   kChunkedLowpSolve,
-  kRecurrentL2MaxEps
+  kRecurrentL2MaxEps,
+  kChunkedCumsum,
+  kChunked128,
+  kChunkedNormAct
 };
 
 // One sequence of every head, token-major as the case stores it, widened to T (float in the

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backends/right/rounding.h"
 #include "backends/right/rule.h"
 
 namespace deltacheck::backends::right {
@@ -43,6 +44,17 @@ void recurrent_rule(const HeadSequence<T>& s, T* S, T* o, T* token_states) {
   }
 }
 
+template <typename T>
+void l2_normalize_in(T* x, int64_t n, cases::DType dtype) {
+  T ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += round_to(T(x[i] * x[i]), dtype);
+  const T denominator = round_to(T(round_to(ss, dtype) + T(1e-6)), dtype);
+  const T inv = round_to(T(T(1) / std::sqrt(denominator)), dtype);
+  for (int64_t i = 0; i < n; ++i) x[i] = round_to(T(x[i] * inv), dtype);
+}
+
+template void l2_normalize_in<float>(float*, int64_t, cases::DType);
+template void l2_normalize_in<double>(double*, int64_t, cases::DType);
 template void l2_normalize<float>(float*, int64_t);
 template void l2_normalize<double>(double*, int64_t);
 template void recurrent_rule<float>(const HeadSequence<float>&, float*, float*, float*);

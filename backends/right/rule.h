@@ -36,6 +36,16 @@ void recurrent_rule(const HeadSequence<T>& s, T* state, T* o, T* token_states);
 
 constexpr int64_t kChunk = 64;
 
+// The formulation choices of a chunked kernel besides its operands (docs/tolerance.md,
+// "Precision profiles"): its chunk size, and the cumulative gates as a running sum in T (a
+// kernel's loop) or each prefix sum rounded to T on its own from a sum in double (jnp.cumsum,
+// torch.cumsum on a CPU).
+struct ChunkChoices {
+  int64_t chunk = kChunk;
+  bool independent_cumsum = false;
+  bool lowp_solve = false;  // wrong:ut-solve-lowp's planted bug (below)
+};
+
 // `operands`: kF32 (every matmul in T) or the activation dtype (kBF16 / kF16) whose rounding the
 // matmul operands get. Token states (speculative decode) are the final states of the prefixes,
 // each computed in the chunked form, as a chunked kernel run on each prefix would give them.
@@ -43,10 +53,16 @@ constexpr int64_t kChunk = 64;
 // sums rounded to `operands` as they are computed (panel.h, kChunkedLowpSolve).
 template <typename T>
 void chunked_rule(const HeadSequence<T>& s, T* state, T* o, T* token_states,
-                  cases::DType operands = cases::DType::kF32, bool lowp_solve = false);
+                  cases::DType operands = cases::DType::kF32, ChunkChoices choices = {});
 
 // x / sqrt(sum(x^2) + 1e-6) over n elements, in T.
 template <typename T>
 void l2_normalize(T* x, int64_t n);
+
+// The same as a model computes it on tensors of `dtype` (bf16 / fp16; Transformers 4.57's
+// l2norm on bf16 activations): x * x, the sum, the sum plus eps, its inverse square root and
+// x times it each a tensor of that dtype (the sum accumulated in T).
+template <typename T>
+void l2_normalize_in(T* x, int64_t n, cases::DType dtype);
 
 }  // namespace deltacheck::backends::right

@@ -106,7 +106,7 @@ class TorchOpBackend : public Backend {
       : library_(o.library),
         op_(o.op),
         device_name_(o.device),
-        precision_(o.matmul_precision),
+        profile_(o.profile),
         deterministic_(o.deterministic),
         batch_invariant_(o.batch_invariant) {}
 
@@ -121,7 +121,8 @@ class TorchOpBackend : public Backend {
   // Someone else's kernel: bit-identical reruns are not promised (atomics, split reductions)
   // unless declared (--deterministic); the repeat probe measures it.
   bool deterministic() const override { return deterministic_; }
-  MatmulPrecision matmul_precision() const override { return precision_; }
+  MatmulPrecision matmul_precision() const override { return profile_.matmul; }
+  PrecisionProfile precision_profile() const override { return profile_; }
   bool batch_invariant(const cases::Case&) const override { return batch_invariant_; }
 
   Support supports(const Case& c) const override {
@@ -294,7 +295,7 @@ class TorchOpBackend : public Backend {
   }
 
   std::string library_, op_, device_name_;
-  MatmulPrecision precision_;
+  PrecisionProfile profile_;
   bool deterministic_;
   bool batch_invariant_;
   std::once_flag load_once_;

@@ -27,6 +27,8 @@ namespace deltacheck {
 //   bool batch_invariant(const Case&) const;  // default true: a sequence's bits do not depend
 //                                             // on the rest of its batch (probes bit for bit)
 //   MatmulPrecision matmul_precision() const; // default fp32; kTF32 for tensor-core fp32
+//   PrecisionProfile precision_profile() const; // default: the default profile with
+//                                             // matmul_precision() (docs/tolerance.md)
 //   bool deliberately_wrong() const;          // default false
 //   bool deliberately_correct() const;        // default false (the false-positive panel)
 // run() writes every tensor of `outputs`; the names, shapes and dtypes are fixed by the
@@ -60,6 +62,11 @@ class FunctionBackend : public Backend {
   // Say kTF32 for kernels whose fp32 matmuls run in TF32: they are judged against the TF32
   // baseline on fp32 cases.
   FunctionBackend& set_matmul_precision(harness::MatmulPrecision precision);
+  // The formulation choices the kernel makes (chunk size, prefix sums rounded independently,
+  // the L2 norm in the activation dtype, fp32 operands, TF32; profile_from_name reads
+  // "chunk=128,cumsum=independent"): it is judged against that profile's baselines, and the
+  // profile is printed with every result (docs/tolerance.md, "Precision profiles").
+  FunctionBackend& set_profile(const harness::PrecisionProfile& profile);
   // Say true when the function could write into its inputs (it reaches them through raw
   // pointers, or runs code deltacheck cannot see, e.g. Python): the runner then checks after
   // every call that they are unchanged (a change is the verdict error, naming the element).
@@ -69,7 +76,8 @@ class FunctionBackend : public Backend {
   std::string description() const override { return description_; }
   bool deterministic() const override { return deterministic_; }
   bool batch_invariant(const Case&) const override { return batch_invariant_; }
-  harness::MatmulPrecision matmul_precision() const override { return precision_; }
+  harness::MatmulPrecision matmul_precision() const override { return profile_.matmul; }
+  harness::PrecisionProfile precision_profile() const override { return profile_; }
   bool checks_inputs() const override { return checks_inputs_; }
   Support supports(const Case& c) const override;
   Status run(const Case& c, const TensorMap& inputs, TensorMap& outputs) override;
@@ -81,7 +89,7 @@ class FunctionBackend : public Backend {
   bool deterministic_ = true;
   bool batch_invariant_ = false;
   bool checks_inputs_ = false;
-  harness::MatmulPrecision precision_ = harness::MatmulPrecision::kDefault;
+  harness::PrecisionProfile profile_;
 };
 
 // deltacheck's own backends, for comparison or as a known-good / known-bad reference in your
@@ -96,6 +104,11 @@ using BackendOptions = harness::BackendOptions;
 using MatmulPrecision = harness::MatmulPrecision;
 using harness::matmul_precision_from_name;
 using harness::matmul_precision_name;
+// A precision profile and its spelling ("fp32" for the default; profile_from_name throws
+// std::invalid_argument naming the bad choice).
+using PrecisionProfile = harness::PrecisionProfile;
+using harness::profile_from_name;
+using harness::profile_name;
 using BackendInfo = harness::BackendInfo;
 std::vector<BackendInfo> list_backends();
 // Throws std::invalid_argument naming the unknown backend and the known ones.

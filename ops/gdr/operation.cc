@@ -155,14 +155,14 @@ class GdrOperation : public Operation {
   }
 
   std::vector<Baseline> baselines(const cases::Case& c, const TensorMap& in,
-                                  MatmulPrecision precision) const override {
+                                  const PrecisionProfile& precision) const override {
     std::vector<Baseline> out;
     for (const reference::Arithmetic& how : rule_baselines(decode(c).dtype, precision))
       out.push_back(baseline_of(c, in, how));
     return out;
   }
 
-  Baseline baseline(const cases::Case& c, const TensorMap& in, MatmulPrecision precision,
+  Baseline baseline(const cases::Case& c, const TensorMap& in, const PrecisionProfile& precision,
                     size_t i) const override {
     return baseline_of(c, in, rule_baselines(decode(c).dtype, precision).at(i));
   }

@@ -49,7 +49,7 @@ class GdrGradOperation : public grad::BackwardOperation {
   // A cp case's baselines are split as the backend is: each runs every rank in its own
   // arithmetic from the same states at the cuts and passes its own dh0 back.
   std::vector<Baseline> baselines(const cases::Case& c, const TensorMap& in,
-                                  MatmulPrecision precision) const override {
+                                  const PrecisionProfile& precision) const override {
     const Params p = decode(c);
     if (p.cp.empty()) return BackwardOperation::baselines(c, in, precision);
     std::vector<Baseline> out;

@@ -67,11 +67,11 @@ class LayerOperation : public Operation {
   }
 
   std::vector<Baseline> baselines(const cases::Case& c, const TensorMap& in,
-                                  MatmulPrecision precision) const override {
+                                  const PrecisionProfile& precision) const override {
     return baselines_of(c, in, rule_baselines(decode(c).dtype, precision));
   }
 
-  Baseline baseline(const cases::Case& c, const TensorMap& in, MatmulPrecision precision,
+  Baseline baseline(const cases::Case& c, const TensorMap& in, const PrecisionProfile& precision,
                     size_t i) const override {
     return baselines_of(c, in, {rule_baselines(decode(c).dtype, precision).at(i)}).at(0);
   }

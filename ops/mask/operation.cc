@@ -110,7 +110,7 @@ class MaskOperation : public Operation {
 
   // Masks have no same-precision baseline: they are compared bit-exactly.
   std::vector<Baseline> baselines(const cases::Case&, const TensorMap&,
-                                  MatmulPrecision) const override {
+                                  const PrecisionProfile&) const override {
     return {};
   }
   std::vector<SeqSlice> slices(const cases::Case&, const std::string&) const override { return {}; }

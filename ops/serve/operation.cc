@@ -299,7 +299,7 @@ class ServeOperation : public Operation {
   }
 
   std::vector<Baseline> baselines(const cases::Case& c, const TensorMap& in,
-                                  MatmulPrecision precision) const override {
+                                  const PrecisionProfile& precision) const override {
     std::vector<Baseline> out;
     for (const reference::Arithmetic& how : rule_baselines(decode(c).dtype, precision))
       out.push_back({reference::describe(how),

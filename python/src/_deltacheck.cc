@@ -148,6 +148,8 @@ struct PyBackend {
   nb::object call, supports, unsupported_type;
   bool deterministic = true;
   bool bf16_bits = false;
+  // The callable's declared precision profile (deltacheck.check(profile=...)).
+  deltacheck::PrecisionProfile profile;
   // Seconds inside the user's function (what the Python side reports back), summed.
   double seconds_callable = 0.0;
   double seconds_calls = 0.0;  // in run_python: the callable plus the route to it and back
@@ -390,6 +392,7 @@ std::pair<std::vector<CaseResult>, RunStats> run_cases(
       supports);
   inner->set_description("Python callable (deltacheck.check)");
   inner->set_deterministic(py.deterministic);
+  inner->set_profile(py.profile);
   deltacheck::Backend* backend = inner.get();
   std::unique_ptr<deltacheck::Backend> isolated;
   std::unique_ptr<deltacheck::FunctionBackend> forked;
@@ -406,6 +409,7 @@ std::pair<std::vector<CaseResult>, RunStats> run_cases(
         supports);
     forked->set_description(isolated->description());
     forked->set_deterministic(py.deterministic);
+    forked->set_profile(py.profile);
     backend = forked.get();
   }
   deltacheck::RunOptions options;
@@ -559,12 +563,22 @@ NB_MODULE(_deltacheck, m) {
     }
   });
 
+  // The canonical spelling of a precision profile ("fp32" for the default); ValueError naming
+  // the bad choice.
+  m.def("profile_name", [](const std::string& profile) {
+    return deltacheck::profile_name(deltacheck::profile_from_name(profile));
+  });
+
   nb::class_<PyBackend>(m, "Backend")
       .def(
           "__init__",
           [](PyBackend* b, std::string name, nb::object call, nb::object supports,
-             nb::object unsupported_type, bool deterministic, bool bf16_bits) {
+             nb::object unsupported_type, bool deterministic, bool bf16_bits,
+             const std::string& profile) {
+            // A bad profile is the caller's ValueError, before anything runs.
+            const deltacheck::PrecisionProfile declared = deltacheck::profile_from_name(profile);
             new (b) PyBackend();
+            b->profile = declared;
             b->name = std::move(name);
             b->call = std::move(call);
             b->supports = std::move(supports);
@@ -573,7 +587,8 @@ NB_MODULE(_deltacheck, m) {
             b->bf16_bits = bf16_bits;
           },
           nb::arg("name"), nb::arg("call"), nb::arg("supports"), nb::arg("unsupported_type"),
-          nb::arg("deterministic") = true, nb::arg("bf16_bits") = false)
+          nb::arg("deterministic") = true, nb::arg("bf16_bits") = false,
+          nb::arg("profile") = "fp32")
       .def_ro("name", &PyBackend::name);
 
   nb::class_<RunStats>(m, "RunStats")

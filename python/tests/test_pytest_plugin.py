@@ -86,6 +86,23 @@ def test_bad_options_are_usage_errors(pytester):
     assert "expected MODULE:NAME" in res.stderr.str()
     res = pytester.runpytest_subprocess("--deltacheck=deltacheck.examples:missing")
     assert "AttributeError" in res.stderr.str() and res.ret == pytest.ExitCode.USAGE_ERROR
+    res = pytester.runpytest_subprocess(f"--deltacheck={LEAKY}", "--deltacheck-profile=chunk=x")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--deltacheck-profile: bad profile choice 'chunk=x'" in res.stderr.str()
+
+
+def test_a_declared_profile_is_in_the_rows(pytester):
+    # The fp32 recurrence declares what it is (fp32 operands): judged as one, it passes; the
+    # leaky one's failures show the profile with the callable's name.
+    res = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--deltacheck=deltacheck.examples:recurrent_gdr", FILTER,
+        "--deltacheck-framework=numpy", "--deltacheck-profile=operands=fp32")
+    assert res.ret == pytest.ExitCode.OK, res.stdout.str()
+    res = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", f"--deltacheck={LEAKY}", FILTER, "--deltacheck-framework=numpy",
+        "--deltacheck-profile=operands=fp32")
+    assert res.ret == pytest.ExitCode.TESTS_FAILED
+    assert "[operands=fp32]" in res.stdout.str(), res.stdout.str()
 
 
 def test_reruns_read_the_expectation_cache(pytester):

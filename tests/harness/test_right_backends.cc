@@ -272,8 +272,9 @@ TEST(RightBackends, ListedAsThePanelAndDecliningMaskOps) {
       panel.push_back(b.name);
       EXPECT_FALSE(b.deliberately_wrong);
     }
-  EXPECT_EQ(panel,
-            (std::vector<std::string>{"right:recurrent", "right:chunked", "right:chunked-lowp"}));
+  EXPECT_EQ(panel, (std::vector<std::string>{"right:recurrent", "right:chunked",
+                                             "right:chunked-lowp", "right:chunked-cumsum",
+                                             "right:chunked128", "right:chunked-l2act"}));
   auto b = make_backend("right:chunked");
   for (const Case& c : cases::suite("smoke")) {
     const Support s = b->supports(c);

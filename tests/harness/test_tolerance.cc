@@ -65,16 +65,19 @@ TEST(Tolerance, RuleBaselinesCoverTheFormulationsInRealUse) {
   using reference::Formulation;
   using reference::Rounding;
   const auto f32 = rule_baselines(DType::kF32, MatmulPrecision::kDefault);
-  ASSERT_EQ(f32.size(), 2u);
+  ASSERT_EQ(f32.size(), 3u);
   EXPECT_EQ(f32[0].form, Formulation::kRecurrent);
   EXPECT_EQ(f32[1].form, Formulation::kChunked);
   EXPECT_TRUE(f32[0].fp32 && f32[1].fp32);
+  // The independent-prefix cumsum (jnp.cumsum, torch.cumsum on a CPU) is in the default set.
+  EXPECT_EQ(f32[2].form, Formulation::kChunked);
+  EXPECT_TRUE(f32[2].exact_cumsum);
   const auto bf16 = rule_baselines(DType::kBF16, MatmulPrecision::kDefault);
   ASSERT_EQ(bf16.size(), 3u);
   EXPECT_EQ(bf16[2].operands, Rounding::kBF16);
   EXPECT_EQ(bf16[2].output, Rounding::kBF16);
   const auto tf32 = rule_baselines(DType::kF32, MatmulPrecision::kTF32);
-  ASSERT_EQ(tf32.size(), 3u);
+  ASSERT_EQ(tf32.size(), 4u);
   EXPECT_EQ(tf32[2].operands, Rounding::kTF32);
   EXPECT_EQ(tf32[2].stored, Rounding::kNone);
   EXPECT_EQ(matmul_precision_from_name("tf32"), MatmulPrecision::kTF32);

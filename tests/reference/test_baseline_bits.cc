@@ -15,21 +15,11 @@
 
 #include "core/simd.h"
 #include "reference/gated_delta_rule.h"
+#include "tests/reference/mixed.h"
 #include "tests/simd_paths.h"
 
 namespace deltacheck::reference {
 namespace {
-
-// Deterministic inputs without the case generator: a 64-bit mix of (tensor, index) to [-1, 1).
-double mixed(uint64_t tensor, uint64_t i) {
-  uint64_t x = (tensor + 1) * 0x9E3779B97F4A7C15ull ^ (i + 0x632BE59BD9B4E019ull);
-  x ^= x >> 31;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 29;
-  x *= 0x94D049BB133111EBull;
-  x ^= x >> 32;
-  return static_cast<double>(x >> 11) * 0x1p-52 - 1.0;
-}
 
 // FNV-1a over the bits of the values.
 uint64_t hash_bits(const std::vector<double>& v, uint64_t h = 0xcbf29ce484222325ull) {

@@ -79,8 +79,7 @@ std::string backend_option_args(const BackendSelection& b) {
     add("--timeout", fmt::format("{}", b.options.timeout_s));
   if (!b.options.library.empty()) add("--library", b.options.library);
   if (!b.options.op.empty()) add("--op", b.options.op);
-  if (b.options.matmul_precision != defaults.matmul_precision)
-    add("--matmul-precision", matmul_precision_name(b.options.matmul_precision));
+  if (b.options.profile != defaults.profile) add("--profile", profile_name(b.options.profile));
   if (b.options.deterministic) s += (s.empty() ? "" : " ") + std::string("--deterministic");
   if (b.options.batch_invariant) s += (s.empty() ? "" : " ") + std::string("--batch-invariant");
   if (b.isolate) s += (s.empty() ? "" : " ") + std::string("--isolate");
@@ -305,14 +304,29 @@ void add_backend_options(CLI::App* app, BackendSelection& b) {
          "--matmul-precision",
          [&b](const std::string& v) {
            try {
-             b.options.matmul_precision = matmul_precision_from_name(v);
+             b.options.profile.matmul = matmul_precision_from_name(v);
            } catch (const std::invalid_argument& e) {
              throw CLI::ValidationError("--matmul-precision", e.what());
            }
          },
          "external, torch-op: what the candidate's matmuls do with fp32 operands: fp32 | tf32 "
-         "(tf32 cases are judged against the TF32 baseline; printed with every result)")
+         "(tf32 cases are judged against the TF32 baseline; printed with every result); the "
+         "same as --profile tf32")
       ->type_name("fp32|tf32");
+  app->add_option_function<std::string>(
+         "--profile",
+         [&b](const std::string& v) {
+           try {
+             b.options.profile = merged(profile_from_name(v), b.options.profile);
+           } catch (const std::invalid_argument& e) {
+             throw CLI::ValidationError("--profile", e.what());
+           }
+         },
+         "external, torch-op: the candidate's precision profile, the formulation choices it "
+         "makes, comma-separated: tf32, chunk=N, cumsum=independent, l2norm=act, operands=fp32 "
+         "(judged against that profile's baselines, printed with every result; "
+         "docs/tolerance.md), e.g. --profile chunk=128,cumsum=independent")
+      ->type_name("CHOICES");
   app->add_flag("--deterministic", b.options.deterministic,
                 "external, torch-op: the candidate promises bit-identical results for identical "
                 "inputs (two runs that differ then fail; otherwise the repeat probe measures it); "

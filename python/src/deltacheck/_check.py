@@ -139,7 +139,7 @@ def _callable_name(fn):
 
 
 def make_backend(fn, convention="fla", device="cpu", framework=None, name=None,
-                 deterministic=True):
+                 deterministic=True, profile=None):
     """The extension's backend for `fn` (and the IO route it uses)."""
     conv = _conventions.get(convention)
     io = make_io(framework, device)
@@ -185,7 +185,7 @@ def make_backend(fn, convention="fla", device="cpu", framework=None, name=None,
 
     label = name or f"py:{_callable_name(fn)}"
     backend = _dc.Backend(label, call, supports, Unsupported, deterministic=deterministic,
-                          bf16_bits=io.bf16_bits)
+                          bf16_bits=io.bf16_bits, profile=profile or "fp32")
     return backend, io, conv
 
 
@@ -325,7 +325,7 @@ def cache_directory(cache_dir=None):
 def check(fn, suite="smoke", *, filter=None, exclude=None, case=None, seed=None, shard=None,
           device="cpu", convention="fla", framework=None, probes=True, name=None,
           deterministic=True, verbose=False, cache_dir=None, prepare_ahead=True, isolate=False,
-          timeout=None):
+          timeout=None, profile=None):
     """Runs `fn` on the selected cases (deltacheck.select's arguments) and judges it exactly as
     `deltacheck run` does. `convention` says how a case's tensors become fn's arguments
     (deltacheck.conventions); `device` where torch tensors live ("cpu", "cuda", "cuda:1");
@@ -338,10 +338,15 @@ def check(fn, suite="smoke", *, filter=None, exclude=None, case=None, seed=None,
     prepares the next case (inputs, FP64 expectation, baselines) on another thread while fn runs
     the current one: the same results, less waiting between cases, one more case in memory.
     `isolate=True` runs each call of fn in a forked child process killed after `timeout` seconds
-    (default 120): a crash, an exit or a hang is that case's error and the run goes on."""
+    (default 120): a crash, an exit or a hang is that case's error and the run goes on.
+    `profile` declares fn's precision profile, the formulation choices it makes, e.g.
+    "chunk=128,cumsum=independent" (tf32, chunk=N, cumsum=independent, l2norm=act,
+    operands=fp32; docs/tolerance.md): judged against that profile's baselines, shown in every
+    row; a bad one is a ValueError naming the bad choice."""
     isolate, timeout = isolation(isolate, timeout, device)
     ids = select(suite, filter, exclude, case, seed, shard)
-    backend, io, conv = make_backend(fn, convention, device, framework, name, deterministic)
+    backend, io, conv = make_backend(fn, convention, device, framework, name, deterministic,
+                                     profile)
     on_result = (lambda r: print(r.line(), end="", flush=True)) if verbose else None
     results, stats = run_cases(ids, backend, io, probes, on_result, cache_directory(cache_dir),
                                prepare_ahead, isolate, timeout)

@@ -21,10 +21,12 @@ def _current_nodeid():
 
 
 def run_case(case_id, fn, convention="fla", device="cpu", framework=None, probes=True,
-             deterministic=True, name=None, cache_dir=None, isolate=False, timeout=None):
+             deterministic=True, name=None, cache_dir=None, isolate=False, timeout=None,
+             profile=None):
     """One case on fn: the extension's CaseResult (isolate, timeout: as deltacheck.check's)."""
     isolate, timeout = isolation(isolate, timeout, device)
-    backend, io, conv = make_backend(fn, convention, device, framework, name, deterministic)
+    backend, io, conv = make_backend(fn, convention, device, framework, name, deterministic,
+                                     profile)
     (result,), _ = run_cases([case_id], backend, io, probes, None, cache_directory(cache_dir),
                              True, isolate, timeout)
     return result, conv.name

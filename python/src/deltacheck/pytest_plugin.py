@@ -36,6 +36,9 @@ def pytest_addoption(parser):
     g.addoption("--deltacheck-device", default="cpu", help="cpu (default), cuda, cuda:1, ...")
     g.addoption("--deltacheck-framework", choices=["torch", "numpy"], default=None,
                 help="torch tensors (default when torch is importable) or NumPy arrays")
+    g.addoption("--deltacheck-profile", default=None, metavar="CHOICES",
+                help="the callable's precision profile, e.g. chunk=128,cumsum=independent "
+                     "(tf32, chunk=N, cumsum=independent, l2norm=act, operands=fp32)")
     g.addoption("--deltacheck-no-probes", action="store_true",
                 help="skip the oracle-free leakage probes")
     g.addoption("--deltacheck-cache-dir", default=None, metavar="DIR",
@@ -96,7 +99,8 @@ class DeltacheckItem(pytest.Item):
         result, conv = run_case(self.case_id, self.parent.fn, opts["convention"], opts["device"],
                                 framework=opts["framework"], probes=opts["probes"],
                                 name=self.parent.name, cache_dir=opts["cache_dir"],
-                                isolate=opts["isolate"], timeout=opts["timeout"])
+                                isolate=opts["isolate"], timeout=opts["timeout"],
+                                profile=opts["profile"])
         self.user_properties.append(("verdict", result.verdict))
         outcome(result, self.parent.label, conv, self.nodeid)
 
@@ -137,7 +141,12 @@ def pytest_collection_modifyitems(session, config, items):
     opts = {"convention": conv, "device": config.getoption("deltacheck_device"),
             "probes": not config.getoption("deltacheck_no_probes"),
             "framework": config.getoption("deltacheck_framework"),
-            "cache_dir": _cache_dir(config)}
+            "cache_dir": _cache_dir(config), "profile": config.getoption("deltacheck_profile")}
+    if opts["profile"]:
+        try:
+            _check._dc.profile_name(opts["profile"])
+        except ValueError as e:
+            raise pytest.UsageError(f"deltacheck: --deltacheck-profile: {e}") from None
     try:
         opts["isolate"], opts["timeout"] = _check.isolation(
             config.getoption("deltacheck_isolate"), config.getoption("deltacheck_timeout"),
