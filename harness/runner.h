@@ -54,6 +54,11 @@ Values worst_baseline(const PreparedCase& pc);
 
 // pc's baselines: pc.baselines, or recomputed when a cached preparation kept only their errors.
 std::vector<Baseline> baselines_of(const PreparedCase& pc);
+// An operation's baselines for a case; for a multi-call case (cache=chunked, dynamic) also each
+// baseline run through the case's call plan, as a kernel is driven (docs/tolerance.md, "Cases in
+// several calls").
+std::vector<Baseline> case_baselines(const cases::Case& c, const cases::TensorMap& inputs,
+                                     const PrecisionProfile& precision);
 
 // Generates inputs and computes the oracle and baseline. Throws on invalid cases. `salts`
 // regenerate chosen sequences (cases::GenOptions). With a cache, reads them from it when a run

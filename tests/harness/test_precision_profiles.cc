@@ -248,6 +248,45 @@ TEST(PrecisionProfiles, WithoutTheIndependentCumsumBaselineItsKernelFails) {
   EXPECT_GE(fails, 1);
 }
 
+// A case driven in several calls (cache=chunked) is judged against its baselines run in one
+// shot and through its own call plan (harness/runner.cc case_baselines): a chunked kernel called
+// in pieces restarts its chunks at every cut. With one-shot baselines only, the independent-cumsum
+// kernel failed this full-suite case at margin 1.04; the same inputs in one call passed at 0.42.
+TEST(PrecisionProfiles, AMultiCallCaseIsJudgedAgainstItsBaselinesCallByCallToo) {
+  const Case c = Case::parse(
+      "gdr(layout=packed[127,0,129],H=2,HV=4,K=64,V=64,dtype=fp32,gate=strong,beta=rand,"
+      "keys=norm,l2=1,state=rand,cache=chunked,calls=2,seed=152)");
+  PreparedCase pc = prepare(c);
+  const std::vector<harness::Baseline> all = harness::baselines_of(pc);
+  size_t one_shot = 0, in_calls = 0;
+  for (const harness::Baseline& b : all)
+    (b.name.find(", in the case's calls") != std::string::npos ? in_calls : one_shot)++;
+  EXPECT_EQ(one_shot, in_calls);
+  ASSERT_GT(in_calls, 0u);
+  // Each call-by-call baseline differs from its one-shot twin (its chunks restart at the cut)
+  // and stays as close to the oracle as a correct kernel.
+  for (size_t i = 0; i < one_shot; ++i) {
+    EXPECT_NE(all[i].values.at("final_state"), all[one_shot + i].values.at("final_state"))
+        << all[i].name;
+    const harness::Metrics m =
+        harness::measure(all[one_shot + i].values.at("o"), pc.expected.at("o"), 0,
+                         static_cast<int64_t>(pc.expected.at("o").size()));
+    EXPECT_LT(m.rel_rms, 1e-5) << all[one_shot + i].name;
+  }
+  auto b = make_backend("right:chunked-cumsum");
+  const CaseResult r = run_case(pc, *b);
+  EXPECT_EQ(r.verdict, Verdict::kPass) << r.message;
+  // The same judgement with the one-shot baselines alone: the false positive it was.
+  std::vector<harness::Baseline> kept(all.begin(), all.begin() + static_cast<long>(one_shot));
+  pc.baselines = std::move(kept);
+  pc.baseline_errors.clear();
+  harness::measure_baselines(pc);
+  const CaseResult one = run_case(pc, *b);
+  std::printf("  margin with call-by-call baselines %.2f, one-shot only %.2f\n", r.margin,
+              one.margin);
+  EXPECT_GT(one.margin, r.margin);
+}
+
 // A recurrent kernel with an fp32 state and fp32 operands declares operands=fp32: judged
 // without the chunked form with bf16 operands, a correct one (right:recurrent) still passes,
 // and wrong:rounded-stk (S^T k rounded to the activation dtype) is caught, 3500x off.
