@@ -41,12 +41,22 @@ std::vector<BackendInfo> list_backends() {
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options) {
+  // The error names the backends a user runs and counts the panels (dozens of wrong:* names
+  // would make the line unreadable; `deltacheck list backends` lists them).
   std::string known;
+  int right = 0, wrong = 0;
   for (auto& b : all_backends(options)) {
     if (b->name() == name) return std::move(b);
-    known += (known.empty() ? "" : ", ") + b->name();
+    if (b->deliberately_wrong())
+      ++wrong;
+    else if (b->deliberately_correct())
+      ++right;
+    else
+      known += (known.empty() ? "" : ", ") + b->name();
   }
-  throw std::invalid_argument("unknown backend '" + name + "' (known: " + known + ")");
+  throw std::invalid_argument("unknown backend '" + name + "' (known: " + known + "; " +
+                              std::to_string(right) + " right:* and " + std::to_string(wrong) +
+                              " wrong:* backends, listed by 'deltacheck list backends')");
 }
 
 }  // namespace deltacheck::backends

@@ -97,7 +97,7 @@ std::vector<BadArgs> bad_args() {
       {"HV not a multiple of H", run + quote("gdr(H=2,HV=3)"), "HV % H != 0"},
       {"state with cache=none", run + quote("gdr(cache=none,state=rand)"),
        "cache=none takes no initial state"},
-      {"unknown layer type", run + quote("layers(pattern=linear+mamba)"), "unknown layer 'mamba'"},
+      {"unknown layer type", run + quote("layers(pattern=linear+mamba3)"), "unknown layer 'mamba3'"},
       {"very long parameter list (20000 x H=2)",
        run + quote("gdr(" + repeat("H=2,", 20000) + "K=8)"), "parameter 'H' given twice"},
       {"case over --max-memory",
