@@ -139,14 +139,15 @@ TEST(CaseId, CrossParameterRulesComeBackAsValues) {
       {"mask(format=bool,dtype=bf16)",
        "dtype applies to additive masks only (format=bool takes dtype=fp32)"},
       {"layers(pattern=foo)",
-       "pattern 'foo': unknown layer 'foo' (named patterns: qwen35, hybrid3, all-linear, all-full; "
-       "or a+b+... of linear, full, sliding, chunked)"},
+       "pattern 'foo': unknown layer 'foo' (named patterns: qwen35, qwen35-gdn, hybrid3, "
+       "all-linear, all-full; or a+b+... of linear, full, sliding, chunked, mamba, mamba2, gdn)"},
       {"layers(pattern=linear+bogus)",
-       "pattern 'linear+bogus': unknown layer 'bogus' (named patterns: qwen35, hybrid3, "
-       "all-linear, all-full; or a+b+... of linear, full, sliding, chunked)"},
+       "pattern 'linear+bogus': unknown layer 'bogus' (named patterns: qwen35, qwen35-gdn, "
+       "hybrid3, all-linear, all-full; or a+b+... of linear, full, sliding, chunked, mamba, "
+       "mamba2, gdn)"},
       {"layers(pattern=)",
-       "pattern '': unknown layer '' (named patterns: qwen35, hybrid3, all-linear, all-full; or "
-       "a+b+... of linear, full, sliding, chunked)"},
+       "pattern '': unknown layer '' (named patterns: qwen35, qwen35-gdn, hybrid3, all-linear, "
+       "all-full; or a+b+... of linear, full, sliding, chunked, mamba, mamba2, gdn)"},
       {"layers(pattern=sliding,window=0)",
        "pattern has sliding_attention layers: window must be > 0"},
       {"layers(pattern=chunked,chunk=0)",

@@ -70,7 +70,7 @@ TEST(TorchBackend, PassesTheGateSuiteOnCpu) {
   }
   EXPECT_GT(passed, 400);
   // The layer's backward through autograd of the ATen layer (dqkv through the conv included).
-  EXPECT_EQ(passed_per_op["layer_grad"], 13);
+  EXPECT_EQ(passed_per_op["layer_grad"], 15);  // 13, and the 2 regime cases (seeds 800..)
 }
 
 TEST(TorchBackend, CudaWithoutADeviceIsUnsupported) {

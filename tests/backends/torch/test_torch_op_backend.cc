@@ -176,7 +176,7 @@ TEST(TorchOpBackend, BackwardCarryingTheStateGradientIsFlaggedLeak) {
       EXPECT_EQ(r.verdict, Verdict::kPass) << c.id() << ": " << r.message;
     }
   }
-  EXPECT_EQ(n[Verdict::kLeak], 57);
+  EXPECT_EQ(n[Verdict::kLeak], 62);  // 57, and the 5 packed regime / head-dim cases (seeds 800..)
   EXPECT_EQ(n[Verdict::kFail], 5);  // 5 of the 7 cp cases (the others: one sequence per rank)
   EXPECT_EQ(n[Verdict::kPass], 17);
   for (const char* id : {"gdr(layout=packed[63,0,65],seed=3)", "gdr(layout=batch[3x17],seed=4)"})
