@@ -5,7 +5,8 @@
 # 2. with torch, in the peers venv (scripts/peers-setup.sh, cached): a user's 10-line test file
 #    checking a torch kernel written for the test against the gate suite's gdr cases under
 #    pytest, correct and state-not-reset (python/tests/torch), and the gradients of a torch
-#    forward on the gdr_grad cases, correct and wrong (test_torch_grad.py). The cached venv is left as pinned:
+#    forward on the gdr_grad cases, correct and wrong (test_torch_grad.py); dc.check_packing on tiny
+#    Transformers models, its CLI, pytest option and the README's example (test_packing.py). The cached venv is left as pinned:
 #    the package (built for its Python) and pytest go to build/python-site*, on PYTHONPATH.
 #    Skipped with a banner when torch cannot be installed (as the peer suite is).
 #   scripts/python-check.sh          (BUILD_DIR=build)
@@ -37,5 +38,6 @@ CMAKE_PREFIX_PATH="$PWD/$BUILD_DIR/install" "$peers/bin/python" -m pip install -
 [ -d "$tools/pytest" ] || "$peers/bin/python" -m pip install -q --target "$tools" pytest
 OMP_NUM_THREADS=1 PYTHONPATH="$site:$tools:$PWD/python/tests/torch" \
   "$peers/bin/python" -m pytest python/tests/torch/test_torch_route.py \
-  python/tests/torch/test_torch_grad.py python/tests/torch/test_torch_hostile.py -q -p no:cacheprovider
+  python/tests/torch/test_torch_grad.py python/tests/torch/test_torch_hostile.py \
+  python/tests/torch/test_packing.py -q -p no:cacheprovider
 echo "python-check: OK in $(($(date +%s) - start)) s"

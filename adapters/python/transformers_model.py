@@ -31,9 +31,10 @@ seeded torch.Generator) go through the model the way SFT / RL trainers feed it:
             sequence recomputed per step): pass when the tokens agree and each step's logits
             (output_logits) are within the threshold above (fp64 recompute as the oracle); fail
             otherwise; error when it raises (the seed's reproduction: KeyError: 'linear_attention'
-            on 4.57.6; not rerun here).
+            on 5.5.0; transformers_versions.sh runs other versions, docs/peers.md).
 
-The kernel packages (fla, causal_conv1d) are made unimportable in this process (as
+The checks are python/src/deltacheck/packing.py's (dc.check_packing, dc.check_generate: the same
+code from Python and pytest), loaded here by its path. The kernel packages (fla, causal_conv1d) are made unimportable in this process (as
 transformers_gdr.py does): the models run their plain PyTorch fallbacks, what a machine without
 those packages runs. Every check is deterministic (fixed seeds, one thread) and takes seconds.
 
@@ -45,19 +46,31 @@ input_ids and position_ids: what a model that kept the packed sequences apart wo
 every packing check passes.
 """
 import argparse
+import importlib.util
 import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 import dc_protocol as dc  # noqa: E402
 from transformers_gdr import kernel_packages  # noqa: E402
 
-ARCHS = ("qwen3_5", "qwen3_next")
-COLLATORS = {"position_ids": {}, "flash": {"return_flash_attn_kwargs": True},
-             "seq_idx": {"return_seq_idx": True}}
-LENGTHS = (37, 50, 23)
-VOCAB = 128
+
+def packing_module():
+    """python/src/deltacheck/packing.py, the check dc.check_packing runs, loaded by its path: the
+    peers venv has torch and transformers but not deltacheck's extension."""
+    path = os.path.join(HERE, "..", "..", "python", "src", "deltacheck", "packing.py")
+    spec = importlib.util.spec_from_file_location("deltacheck_packing", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+pk = packing_module()
+ARCHS = pk.ARCHS
+COLLATORS = pk.COLLATORS
+LENGTHS = pk.LENGTHS
 SEED = 0
 
 
@@ -73,121 +86,6 @@ def generate_id(arch):
 def all_ids():
     return ([packing_id(a, c) for a in ARCHS for c in COLLATORS] +
             [generate_id(a) for a in ARCHS])
-
-
-def build(arch):
-    """(fp32 model, fp64 model with the same weights), random from SEED."""
-    import torch
-    import transformers as tf
-    common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                  linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16,
-                  linear_value_head_dim=16, linear_conv_kernel_dim=4,
-                  layer_types=["linear_attention"] * 3 + ["full_attention"],
-                  max_position_embeddings=256, pad_token_id=0, eos_token_id=None,
-                  bos_token_id=None)
-    if arch == "qwen3_5":
-        config, model = tf.Qwen3_5TextConfig(**common), tf.Qwen3_5ForCausalLM
-    else:
-        config = tf.Qwen3NextConfig(**common, num_experts=4, num_experts_per_tok=2,
-                                    moe_intermediate_size=32,
-                                    shared_expert_intermediate_size=32)
-        model = tf.Qwen3NextForCausalLM
-    config._attn_implementation = "sdpa"
-    config._experts_implementation = "eager"  # the per-expert loop: grouped_mm has no fp64
-    torch.manual_seed(SEED)
-    m32 = model(config).eval()
-    m64 = model(config).eval()
-    m64.load_state_dict(m32.state_dict())
-    return m32, m64.double()
-
-
-def sequences():
-    import torch
-    g = torch.Generator().manual_seed(SEED + 1)
-    return [torch.randint(1, VOCAB, (n,), generator=g) for n in LENGTHS]
-
-
-def threshold(baseline_err, oracle):
-    return 2 * baseline_err + 1e-6 * float(oracle.abs().max())
-
-
-def judge(packed, alone32, alone64):
-    """(verdict, message) of packed logits [T, vocab] against each sequence alone."""
-    rows, first_bad, cu = [], None, [0]
-    for n in LENGTHS:
-        cu.append(cu[-1] + n)
-    for i, (a32, a64) in enumerate(zip(alone32, alone64)):
-        p = packed[cu[i]:cu[i + 1]].double()
-        err = (p - a64).abs().amax(dim=-1)
-        thr = threshold(float((a32.double() - a64).abs().max()), a64)
-        vs_fp32 = float((packed[cu[i]:cu[i + 1]] - a32).abs().max())
-        ok = float(err.max()) <= thr
-        rows.append(f"seq {i} max|Δ| {vs_fp32:.2e} {'ok' if ok else 'WRONG'}")
-        if not ok and first_bad is None:
-            token = int((err > thr).nonzero()[0])
-            first_bad = (i, token, vs_fp32, float(err.max()), thr)
-    table = "; ".join(rows)
-    if first_bad is None:
-        return "pass", table
-    i, token, vs_fp32, err, thr = first_bad
-    what = (f"seq {i} from token {token}, max|Δ| {vs_fp32:.2e} against it alone "
-            f"({err:.2e} from fp64 > {thr:.2e}); {table}")
-    return ("fail" if i == 0 else "leak"), what
-
-
-def check_packing(arch, models, seqs, collator, split):
-    import torch
-    from transformers import DataCollatorWithFlattening
-    m32, m64 = models
-    alone32 = [m32(input_ids=s[None], use_cache=False).logits[0] for s in seqs]
-    alone64 = [m64(input_ids=s[None], use_cache=False).logits[0] for s in seqs]
-    collate = DataCollatorWithFlattening(**COLLATORS[collator])
-    if split:  # the counterfactual: each collated sequence as its own row, boundaries kept
-        parts = []
-        for s in seqs:
-            batch = collate([{"input_ids": s.tolist()}])
-            parts.append(m32(input_ids=batch["input_ids"], position_ids=batch.get("position_ids"),
-                             use_cache=False).logits[0])
-        packed = torch.cat(parts)
-    else:
-        batch = collate([{"input_ids": s.tolist()} for s in seqs])
-        batch.pop("labels")
-        try:
-            packed = m32(**batch, use_cache=False).logits[0]
-        except Exception as e:  # the verdict error, with the message a user sees
-            return "error", f"{type(e).__name__}: {e}"
-    return judge(packed, alone32, alone64)
-
-
-def check_generate(arch, models, seqs):
-    import torch
-    m32, m64 = models
-    ids = seqs[0][None]
-    try:
-        out = m32.generate(ids, max_new_tokens=4, cache_implementation="static", do_sample=False,
-                           output_logits=True, return_dict_in_generate=True)
-    except Exception as e:
-        return "error", f"{type(e).__name__}: {e}"
-    tokens = out.sequences[0, ids.shape[1]:].tolist()
-    want, seq = [], ids
-    worst = []
-    for step in range(4):  # greedy without a cache: the whole sequence recomputed per step
-        l32 = m32(input_ids=seq, use_cache=False).logits[0, -1]
-        l64 = m64(input_ids=seq, use_cache=False).logits[0, -1]
-        got = out.logits[step][0] if step < len(out.logits) else None
-        if got is None:
-            return "fail", f"generate returned {len(out.logits)} steps of logits, not 4"
-        thr = threshold(float((l32.double() - l64).abs().max()), l64)
-        worst.append((float((got.double() - l64).abs().max()), thr))
-        nxt = int(l32.argmax())
-        want.append(nxt)
-        seq = torch.cat([seq, torch.tensor([[nxt]])], dim=1)
-    detail = (f"tokens {tokens} (recomputed without a cache: {want}); step logits max|Δ| "
-              + ", ".join(f"{e:.1e}" for e, _ in worst) + f" <= {max(t for _, t in worst):.1e}")
-    if tokens != want or any(e > t for e, t in worst):
-        return "fail", detail
-    return "pass", detail
 
 
 def facts():
@@ -212,16 +110,26 @@ def run(args):
     for arch in ARCHS:
         if args.arch and arch not in args.arch:
             continue
-        models, seqs = build(arch), sequences()
-        with torch.no_grad():
-            if args.check in ("all", "packing"):
-                for collator in COLLATORS:
-                    v, msg = check_packing(arch, models, seqs, collator, args.split_sequences)
-                    checks.append({"case_id": packing_id(arch, collator), "verdict": v,
-                                   "message": msg})
-            if args.check in ("all", "generate"):
-                v, msg = check_generate(arch, models, seqs)
-                checks.append({"case_id": generate_id(arch), "verdict": v, "message": msg})
+        try:
+            model = pk.tiny_model(arch, SEED)
+        except AttributeError as e:  # an older Transformers without this model (4.57: no Qwen3.5)
+            why = f"transformers {transformers.__version__} has no such model ({e})"
+            ids = ([packing_id(arch, c) for c in COLLATORS if args.check != "generate"] +
+                   [generate_id(arch)] * (args.check != "packing"))
+            checks += [{"case_id": i, "verdict": "unsupported", "message": why} for i in ids]
+            continue
+        seqs = pk.default_sequences(LENGTHS, pk.VOCAB, SEED + 1)
+        reference = pk.fp64_copy(model)
+        if args.check in ("all", "packing"):
+            report = pk.check_packing(model, seqs, list(COLLATORS), reference=reference,
+                                      split_sequences=args.split_sequences)
+            print(report.table())
+            checks += [{"case_id": packing_id(arch, r.path), "verdict": r.verdict,
+                        "message": r.message} for r in report]
+        if args.check in ("all", "generate"):
+            v, msg = pk.check_generate(model, seqs[0], 4, reference,
+                                       cache_implementation="static")
+            checks.append({"case_id": generate_id(arch), "verdict": v, "message": msg})
     for c in checks:
         print(f"{c['verdict']:<12}{c['case_id']}\n{'':<12}{c['message']}")
     if args.out:

@@ -13,6 +13,10 @@ in a test file:
     def test_my_kernel(case):
         case.check(my_kernel)
 
+A model's packing path (DataCollatorWithFlattening's), each sequence against it alone:
+
+    print(dc.check_packing("qwen3_5"))   # or your model, its config; sequences=, collator=
+
 The manual: docs/python.md.
 """
 from . import conventions
@@ -20,6 +24,7 @@ from ._check import Result, check, select
 from ._deltacheck import sequence_lengths, short_id, tolerance_policy, version
 from ._testing import Case, cases
 from .conventions import Convention, Unsupported, convention
+from .packing import PackingReport, check_generate, check_packing
 
 
 def suites():
@@ -31,4 +36,4 @@ def suites():
 __version__ = version()
 __all__ = ["check", "select", "Result", "cases", "Case", "convention", "Convention",
            "conventions", "Unsupported", "suites", "sequence_lengths", "short_id",
-           "tolerance_policy", "version"]
+           "tolerance_policy", "version", "check_packing", "check_generate", "PackingReport"]

@@ -50,6 +50,13 @@ def pytest_addoption(parser):
                      "hang is that case's error and the session goes on")
     g.addoption("--deltacheck-timeout", type=float, default=None, metavar="SECONDS",
                 help="with --deltacheck-isolate: kill a call after SECONDS (default 120)")
+    g.addoption("--deltacheck-model", metavar="MODULE:NAME",
+                help="check a model's packing path (torch, transformers): a model, a config or "
+                     "a function returning one, or qwen3_5 / qwen3_next (a tiny random model); "
+                     "one test item per collator path")
+    g.addoption("--deltacheck-collator", action="append", default=[], metavar="PATH",
+                help="with --deltacheck-model: position_ids, flash or seq_idx (repeatable; "
+                     "default: all three)")
 
 
 def _load(spec, what):
@@ -120,8 +127,62 @@ class DeltacheckCollector(pytest.Collector):
                 for i in self.ids]
 
 
+class PackingItem(pytest.Item):
+    """One collator path of --deltacheck-model: dc.check_packing's verdict, the table on failure."""
+
+    def __init__(self, *, path, **kwargs):
+        super().__init__(**kwargs)
+        self.path = path
+
+    def runtest(self):
+        from .packing import as_model, check_packing
+        parent = self.parent
+        if parent.model is None:
+            parent.model = as_model(parent.spec_obj)
+        report = check_packing(parent.model, collator=self.path)
+        self.user_properties.append(("verdict", report[0].verdict))
+        if not report.ok:
+            pytest.fail(f"{report[0].verdict.upper()}: {report[0].message}\n{report.table()}\n"
+                        f"            rerun: dc.check_packing({parent.name!r}, "
+                        f"collator={self.path!r})", pytrace=False)
+
+    def reportinfo(self):
+        return self.parent.name, None, f"deltacheck packing {self.path}"
+
+
+class PackingCollector(pytest.Collector):
+    def __init__(self, *, spec_obj, paths, **kwargs):
+        super().__init__(**kwargs)
+        self.spec_obj, self.paths, self.model = spec_obj, paths, None
+
+    def collect(self):
+        return [PackingItem.from_parent(self, name=p, nodeid=f"{self.nodeid}::{p}", path=p)
+                for p in self.paths]
+
+
+def _collect_packing(session, config, items):
+    from .packing import COLLATORS, load
+    spec = config.getoption("deltacheck_model")
+    paths = config.getoption("deltacheck_collator") or list(COLLATORS)
+    bad = [p for p in paths if p not in COLLATORS]
+    if bad:
+        raise pytest.UsageError(f"--deltacheck-collator={bad[0]}: expected one of "
+                                f"{', '.join(COLLATORS)}")
+    try:
+        obj = load(spec)
+    except (ImportError, AttributeError) as e:
+        raise pytest.UsageError(f"--deltacheck-model={spec}: {type(e).__name__}: {e}") from None
+    collector = PackingCollector.from_parent(session, name=spec, nodeid=f"packing:{spec}",
+                                             spec_obj=obj, paths=paths)
+    report = collect_one_node(collector)
+    config.hook.pytest_collectreport(report=report)
+    items[:0] = [x for x in report.result if isinstance(x, pytest.Item)]
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
+    if config.getoption("deltacheck_model"):
+        _collect_packing(session, config, items)
     spec = config.getoption("deltacheck")
     if not spec:
         return
