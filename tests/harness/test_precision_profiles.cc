@@ -263,10 +263,13 @@ TEST(PrecisionProfiles, AMultiCallCaseIsJudgedAgainstItsBaselinesCallByCallToo) 
     (b.name.find(", in the case's calls") != std::string::npos ? in_calls : one_shot)++;
   EXPECT_EQ(one_shot, in_calls);
   ASSERT_GT(in_calls, 0u);
-  // Each call-by-call baseline differs from its one-shot twin (its chunks restart at the cut)
-  // and stays as close to the oracle as a correct kernel.
+  // Each chunked call-by-call baseline differs from its one-shot twin (its chunks restart at
+  // the cut), the recurrence does not (it computes every token the same way however it is cut),
+  // and each stays as close to the oracle as a correct kernel.
   for (size_t i = 0; i < one_shot; ++i) {
-    EXPECT_NE(all[i].values.at("final_state"), all[one_shot + i].values.at("final_state"))
+    const bool chunked = all[i].name.find("chunked") != std::string::npos;
+    EXPECT_EQ(all[i].values.at("final_state") != all[one_shot + i].values.at("final_state"),
+              chunked)
         << all[i].name;
     const harness::Metrics m =
         harness::measure(all[one_shot + i].values.at("o"), pc.expected.at("o"), 0,
@@ -284,7 +287,8 @@ TEST(PrecisionProfiles, AMultiCallCaseIsJudgedAgainstItsBaselinesCallByCallToo) 
   const CaseResult one = run_case(pc, *b);
   std::printf("  margin with call-by-call baselines %.2f, one-shot only %.2f\n", r.margin,
               one.margin);
-  EXPECT_GT(one.margin, r.margin);
+  EXPECT_GT(one.margin, 1.0);  // 1.04: a fail
+  EXPECT_LT(r.margin, 1.0);
 }
 
 // A recurrent kernel with an fp32 state and fp32 operands declares operands=fp32: judged
