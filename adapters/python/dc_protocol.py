@@ -124,6 +124,33 @@ def torch_input(case, name, device=None):
 RULE_INPUTS = ("q", "k", "v", "g", "beta")
 
 
+def layer_hidden_states(case):
+    """[1, T, D + HV V + 2 HV]: a layer case's projections side by side, qkv | z | b | a per
+    token (the module adapters' input; their projections are 0/1 selections of it)."""
+    import torch
+    x = [torch_input(case, n) for n in ("qkv", "z", "b", "a")]
+    T = x[0].shape[1]
+    return torch.cat([t.reshape(1, T, -1) for t in x], dim=-1)
+
+
+def set_parameters(module, want):
+    """Replaces every parameter of a torch module by want[name] (frozen copies); a module whose
+    parameter names or shapes differ from `want` is an adapter error naming them, so a library
+    change cannot leave a random weight in place silently."""
+    import torch
+    what = type(module).__name__
+    have = dict(module.named_parameters())
+    if sorted(have) != sorted(want):
+        fail(f"{what} has parameters {sorted(have)}; the adapter maps {sorted(want)}")
+    for name, value in want.items():
+        if tuple(have[name].shape) != tuple(value.shape):
+            fail(f"{what}.{name} has shape {tuple(have[name].shape)}, the case gives "
+                 f"{tuple(value.shape)}")
+        owner_name, _, attr = name.rpartition(".")
+        owner = module.get_submodule(owner_name) if owner_name else module
+        setattr(owner, attr, torch.nn.Parameter(value.clone(), requires_grad=False))
+
+
 def autograd_gdr_grad(forward, cut_tail=True):
     """A gdr_grad handler from a torch forward of the rule (docs/gradients.md, "The contract").
 

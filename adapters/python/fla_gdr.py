@@ -86,6 +86,15 @@ def kernel_device(torch, device, what, environment=None):
             "matmul_precision": "fp32"}, None
 
 
+def fla_versions(torch):
+    """{distribution: version} of torch, FLA and Triton, as installed."""
+    versions = {"torch": torch.__version__}
+    for dist in ("flash-linear-attention", "fla-core", "triton"):
+        if dc.package_version(dist):
+            versions[dist] = dc.package_version(dist)
+    return versions
+
+
 def resolve(which, device="auto"):
     """(function, facts) or (None, reason). For a Triton kernel, `device` is cuda, interpreter or
     auto; the interpreter is set up (triton_cpu.enable) before FLA is imported."""
@@ -96,10 +105,7 @@ def resolve(which, device="auto"):
         import torch
     except Exception as e:
         return None, f"torch not importable: {type(e).__name__}: {e}"
-    versions = {"torch": torch.__version__}
-    for dist in ("flash-linear-attention", "fla-core", "triton"):
-        if dc.package_version(dist):
-            versions[dist] = dc.package_version(dist)
+    versions = fla_versions(torch)
     where = {}
     if which in TRITON:
         where, problem = kernel_device(torch, device, f"FLA's {FUNCTIONS[which][1]}")

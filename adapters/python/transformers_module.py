@@ -65,6 +65,13 @@ States and cache modes:
     with states are declined: one state per batch row, and padding a row would run the padding
     tokens through the states.
 Outputs: o (the activation dtype), final_state and final_conv_state (fp32) as the case asks.
+Kernel packages (`--kernels`): `none` (the default) hides fla and causal_conv1d, as above;
+`fla` leaves flash-linear-attention importable (causal_conv1d stays hidden: it is not installed
+in the peers venv and needs a GPU), so the module's rule dispatchers hand the call to FLA's
+chunk_gated_delta_rule / fused_recurrent_gated_delta_rule, which run on CPU tensors under
+Triton's interpreter (triton_cpu.py, set up before Transformers imports FLA; on a GPU, cuda),
+while the convolution stays the modeling file's causal_conv1d_fn fallback: the module as it runs
+where FLA is installed and causal-conv1d is not.
 Counterfactuals, for showing that the pinned findings can change (not pinned themselves):
   --split-sequences  calls the module once per packed sequence (what a module that honoured the
                      boundaries would return): the packed leak becomes pass;
@@ -103,6 +110,8 @@ def describe_facts(args):
     if not all(versions.values()):
         return False, "transformers/torch not installed"
     versions.update(kernel_packages(hide=False))
+    if args.kernels == "fla" and "flash-linear-attention" not in versions:
+        return False, "--kernels fla: flash-linear-attention is not installed"
     path = modeling_file(args.model)
     cls = MODELS[args.model][1]
     if path is None:
@@ -114,15 +123,34 @@ def describe_facts(args):
            "flash": "cu_seq_lens_q/k and max_length_q/k (DataCollatorWithFlattening("
                     "return_flash_attn_kwargs=True))",
            "seq_idx": "seq_idx (DataCollatorWithFlattening(return_seq_idx=True))"}[args.interface]
+    if args.kernels == "fla":
+        how += ("; flash-linear-attention importable (its Triton rule kernels; causal_conv1d "
+                "hidden)")
     extra = (" [counterfactual: one call per sequence]" if args.split_sequences else "") + (
         f" [deliberately wrong: {args.wrong}]" if args.wrong else "")
-    return True, {
+    kernels = ("the rule through FLA's kernels, the conv's PyTorch fallback"
+               if args.kernels == "fla" else "plain PyTorch fallbacks: kernel packages hidden")
+    facts = {
         "implementation": f"transformers.models.{args.model}.modeling_{args.model}.{cls} "
-                          f"(the module, plain PyTorch fallbacks: kernel packages hidden), "
-                          f"packed rows with {how}{extra}",
+                          f"(the module, {kernels}), packed rows with {how}{extra}",
         "interface": args.interface,
         "versions": versions,
     }
+    if args.kernels == "fla":
+        facts.update(fla_device(args))
+    return True, facts
+
+
+def fla_device(args):
+    """--kernels fla: where FLA's kernels run ({"device": ...}; the interpreter set up here, before
+    Transformers imports FLA), after hiding causal_conv1d only."""
+    import torch
+    from fla_gdr import kernel_device
+    sys.modules.setdefault("causal_conv1d", None)
+    where, problem = kernel_device(torch, args.device, "FLA's gated delta rule kernels")
+    if where is None:
+        dc.fail(problem)
+    return where
 
 
 class Module:
@@ -130,7 +158,8 @@ class Module:
 
     def __init__(self, args, case):
         import torch
-        kernel_packages(hide=True)
+        if args.kernels == "none":
+            kernel_packages(hide=True)
         tf = importlib.import_module("transformers")
         modeling = importlib.import_module(f"transformers.models.{args.model}."
                                            f"modeling_{args.model}")
@@ -190,23 +219,11 @@ class Module:
         want.update({"conv1d.weight": f32("conv_weight").reshape(self.D, 1, self.W),
                      "A_log": f32("A_log"), "dt_bias": f32("dt_bias"),
                      "norm.weight": f32("norm_weight"), "out_proj.weight": out})
-        have = dict(self.module.named_parameters())
-        if sorted(have) != sorted(want):
-            dc.fail(f"{type(self.module).__name__} has parameters {sorted(have)}; the adapter "
-                    f"maps {sorted(want)}")
-        for name, value in want.items():
-            if tuple(have[name].shape) != tuple(value.shape):
-                dc.fail(f"{type(self.module).__name__}.{name} has shape "
-                        f"{tuple(have[name].shape)}, the case gives {tuple(value.shape)}")
-            module, _, attr = name.rpartition(".")
-            owner = self.module.get_submodule(module) if module else self.module
-            setattr(owner, attr, torch.nn.Parameter(value.clone(), requires_grad=False))
+        dc.set_parameters(self.module, want)
 
     def hidden_states(self, case):
         """[1, T, hidden]: qkv | z | b | a of each token (the in_proj weights pick them out)."""
-        x = {n: dc.torch_input(case, n) for n in ("qkv", "z", "b", "a")}
-        T = x["qkv"].shape[1]
-        return self.torch.cat([x[n].reshape(1, T, -1) for n in ("qkv", "z", "b", "a")], dim=-1)
+        return dc.layer_hidden_states(case)
 
     def kwargs(self, cu):
         """The module's keyword arguments for one packed row, per --interface (docstring)."""
@@ -303,6 +320,10 @@ def main():
     ap.add_argument("--model", choices=sorted(MODELS), default="qwen3_5")
     ap.add_argument("--interface", choices=INTERFACES, default="flash",
                     help="what the packed row carries besides the hidden states (docstring)")
+    ap.add_argument("--kernels", choices=("none", "fla"), default="none",
+                    help="none: kernel packages hidden; fla: FLA's rule kernels (docstring)")
+    ap.add_argument("--device", choices=("auto", "cuda", "interpreter"), default="auto",
+                    help="--kernels fla: where FLA's kernels run (fla_gdr.py's --device)")
     ap.add_argument("--split-sequences", action="store_true",
                     help="counterfactual: one module call per packed sequence")
     ap.add_argument("--wrong", choices=["ab-swapped"],
