@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""deltacheck peer check: a tiny random Qwen3.5 / Qwen3-Next model as users run it, packed by
+"""deltacheck peer check: a tiny random Qwen3.5 / Qwen3-Next / Kimi-Linear / Bamba (a Mamba2
+hybrid) model as users run it, packed by
 Transformers' DataCollatorWithFlattening and judged per sequence against the same sequences run
 alone, and generate() with a static cache:
 
@@ -7,8 +8,9 @@ alone, and generate() with a static cache:
     $VENV/bin/python adapters/python/transformers_model.py --out r.json --check packing
     $VENV/bin/python adapters/python/transformers_model.py --describe  # what would run
 
-No weights are downloaded: each model is built from a config (4 layers: 3 linear_attention, 1
-full_attention; hidden 64; vocab 128) with random weights from torch.manual_seed(seed), in fp32,
+No weights are downloaded: each model is built from a config (4 layers: 3 linear (gated delta
+rule, Kimi Delta Attention or Mamba2), 1 full_attention; hidden 64; vocab 128;
+packing.py's tiny_config) with random weights from torch.manual_seed(seed), in fp32,
 and an fp64 copy of the same weights. Three token sequences (lengths 37, 50, 23, ids from a
 seeded torch.Generator) go through the model the way SFT / RL trainers feed it:
 
@@ -91,7 +93,8 @@ def all_ids():
 def facts():
     import torch
     import transformers
-    return {"implementation": "transformers Qwen3_5ForCausalLM / Qwen3NextForCausalLM (tiny, "
+    return {"implementation": "transformers Qwen3_5ForCausalLM / Qwen3NextForCausalLM / "
+                              "KimiLinearForCausalLM / BambaForCausalLM (tiny, "
                               "random from a config; plain PyTorch fallbacks: kernel packages "
                               "hidden) under DataCollatorWithFlattening, and generate() with a "
                               "static cache",
@@ -151,7 +154,8 @@ def main():
         versions = {n: dc.package_version(n) for n in ("transformers", "torch")}
         if not all(versions.values()):
             return dc.describe({"unavailable": "transformers/torch not installed"})
-        return dc.describe({"implementation": "tiny Qwen3.5 / Qwen3-Next models under "
+        return dc.describe({"implementation": "tiny Qwen3.5 / Qwen3-Next / Kimi-Linear / "
+                                              "Bamba models under "
                                               "DataCollatorWithFlattening; generate() with a "
                                               "static cache", "versions": versions,
                             "checks": all_ids()})

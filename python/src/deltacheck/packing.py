@@ -4,6 +4,7 @@ sequence, optionally the flash kwargs or seq_idx), against each sequence run alo
 
     import deltacheck as dc
     print(dc.check_packing("qwen3_5"))            # a tiny random Qwen3.5: the seed's table
+    print(dc.check_packing("kimi_linear"))        # also qwen3_next, bamba (a Mamba2 hybrid)
     res = dc.check_packing(my_model, sequences=[ids_a, ids_b], collator="flash")
     assert res.ok, res.table()
 
@@ -26,7 +27,7 @@ COLLATORS = {"position_ids": {}, "flash": {"return_flash_attn_kwargs": True},
              "seq_idx": {"return_seq_idx": True}}
 PATH_NAMES = {"position_ids": "packed (position_ids only)", "flash": "packed (flash kwargs)",
               "seq_idx": "packed (seq_idx)"}
-ARCHS = ("qwen3_5", "qwen3_next")
+ARCHS = ("qwen3_5", "qwen3_next", "kimi_linear", "bamba")
 LENGTHS = (37, 50, 23)
 VOCAB = 128
 
@@ -44,9 +45,27 @@ def hide_kernel_packages():
 
 
 def tiny_config(arch="qwen3_5"):
-    """A 4-layer config (3 linear_attention, 1 full_attention; hidden 64; vocab 128): the seed's
-    kind of model, small enough for seconds on a CPU."""
+    """A 4-layer config (3 linear layers, then 1 full_attention; hidden 64; vocab 128): the
+    seed's kind of model, small enough for seconds on a CPU. kimi_linear: Kimi-Linear (Kimi
+    Delta Attention, 4 heads of 16; MLA full attention; a 4-expert MoE); bamba: a Mamba2 hybrid
+    (8 heads of 16, d_state 16, chunk 16; attention in layer 3)."""
     import transformers as tf
+    tiny = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                num_attention_heads=4, max_position_embeddings=256, pad_token_id=0,
+                eos_token_id=None, bos_token_id=None)
+    if arch == "kimi_linear":
+        return tf.KimiLinearConfig(**tiny, num_key_value_heads=4, kv_lora_rank=16,
+                                   q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=8,
+                                   v_head_dim=16, moe_intermediate_size=32, num_local_experts=4,
+                                   num_experts_per_tok=2, n_shared_experts=1,
+                                   linear_head_dim=16, linear_num_heads=4,
+                                   linear_conv_kernel_dim=4,
+                                   layer_types=["linear_attention"] * 3 + ["full_attention"])
+    if arch == "bamba":
+        return tf.BambaConfig(**tiny, num_key_value_heads=2, attn_layer_indices=[3],
+                              mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=1,
+                              mamba_d_state=16, mamba_d_conv=4, mamba_expand=2,
+                              mamba_chunk_size=16)
     common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                   linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16,
@@ -261,7 +280,7 @@ def check_packing(model, sequences=None, collator=("position_ids", "flash", "seq
                   seed=0, split_sequences=False, reference=None):
     """Checks a model's packing path per sequence (module docstring). model: a causal LM (torch
     module returning .logits), a transformers config (random weights from seed) or an arch name
-    ("qwen3_5", "qwen3_next": a tiny model). sequences: token id lists or 1-D tensors (default:
+    (ARCHS: a tiny model). sequences: token id lists or 1-D tensors (default:
     lengths 37, 50, 23 from a seeded generator). collator: one spec or a list (collator_of).
     reference: the fp64 model (default: a deep copy of model in fp64). A PackingReport."""
     import torch

@@ -46,6 +46,19 @@ def test_split_sequences_counterfactual_passes():
     assert res.ok, res.table()
 
 
+def test_kimi_linear_and_a_mamba2_hybrid_leak_silently_with_the_flash_kwargs():
+    # Qwen3.5 refuses the flash kwargs without FLA (error); Kimi-Linear and Bamba pass them on as
+    # cu_seq_lens_q, which no dispatcher reads: the same leak as position_ids only
+    for arch in ("kimi_linear", "bamba"):
+        res = dc.check_packing(arch, collator=["position_ids", "flash", "seq_idx"])
+        got = [(r.verdict, r.leak_seq, r.leak_token) for r in res]
+        assert got == [("leak", 1, 0), ("leak", 1, 0), ("error", None, None)], res.table()
+        assert "causal_conv1d" in res["seq_idx"].message
+        assert res["flash"].leak_max_abs > 1e3 * max(res.noise), res.table()
+        split = dc.check_packing(arch, collator="flash", split_sequences=True)
+        assert split.ok, split.table()
+
+
 def test_an_error_just_above_the_noise_is_caught():
     # 1e-4 on every logit of the second and third sequences: far below what a user sees in a
     # loss curve, far above fp32 noise (2e-7)
