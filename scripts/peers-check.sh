@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The peer suite: implementations nobody here wrote (Transformers' Qwen3-Next gated delta rule,
-# GatedDeltaNet modules and masking utilities, flash-linear-attention's reference functions and
-# kernels, vLLM's copies of those kernels called as its GDN layers call them) checked through
+# GatedDeltaNet modules and masking utilities, flash-linear-attention's reference functions,
+# kernels and GatedDeltaNet layer (adapters/python/fla_layer.py), vLLM's copies of those kernels called as its GDN layers call them) checked through
 # `deltacheck run --backend external`, against the findings pinned in
 # adapters/python/expected-findings.json; and adapters/python/transformers_model.py (a tiny model
 # under DataCollatorWithFlattening, generate() with a static cache), which judges its own checks.
@@ -9,7 +9,7 @@
 #   scripts/peers-check.sh                 (BUILD_DIR=build; reports in reports/peers/<peer>/)
 #   scripts/peers-check.sh --peer transformers-chunk      (any peers_check.py run option)
 #   scripts/peers-check.sh --long          (also the long families: FLA's and vLLM's Triton
-#                                           kernels, minutes)
+#                                           kernels, FLA's layer padded and bf16, minutes)
 # 1. scripts/peers-setup.sh: the pinned venv (cached; a group that cannot be installed is
 #    skipped with a banner, never a failure); with FLA installed, adapters/python/test_triton_cpu.py
 #    (FLA's Triton kernels on CPU under Triton's interpreter, docs/peers.md);
