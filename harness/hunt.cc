@@ -155,7 +155,8 @@ HuntResult hunt(Backend& backend, const HuntOptions& o) {
   HuntResult res;
   for (uint64_t k = 0;; ++k) {
     if ((o.budget_seconds > 0 && elapsed() >= o.budget_seconds) ||
-        (o.max_cases > 0 && res.run >= o.max_cases))
+        (o.max_cases > 0 && res.run >= o.max_cases) ||
+        (o.max_findings > 0 && static_cast<int64_t>(res.findings.size()) >= o.max_findings))
       break;
     const uint64_t index = static_cast<uint64_t>(o.shard_index) + k * o.shard_count;
     ++res.drawn;
@@ -184,7 +185,7 @@ HuntResult hunt(Backend& backend, const HuntOptions& o) {
       const bool known = std::any_of(res.findings.begin(), res.findings.end(),
                                      [&](const HuntFinding& f) { return f.kind == cls; });
       if (!known) {
-        HuntFinding f{r, cls, {}};
+        HuntFinding f{r, cls, {}, res.run, elapsed()};
         if (o.shrink) {
           ShrinkOptions so = o.shrink_options;
           so.probes = o.probes;

@@ -32,6 +32,7 @@ struct HuntOptions {
   std::string filter;            // keep drawn ids matching this regex (RE2); "" all
   double budget_seconds = 60.0;  // wall time for drawing and running (shrinking included)
   int64_t max_cases = 0;         // cases run at most (0: until the budget)
+  int64_t max_findings = 0;      // stop after this many findings (0: until the budget)
   int shard_index = 0, shard_count = 1;
   bool probes = true;
   bool shrink = true;  // shrink the first failure of each failure class
@@ -42,9 +43,11 @@ struct HuntOptions {
 };
 
 struct HuntFinding {
-  CaseResult found;     // the drawn case's result
-  FailureClass kind;    // its failure class
-  ShrinkResult shrunk;  // when options.shrink (status not ok: not shrunk)
+  CaseResult found;            // the drawn case's result
+  FailureClass kind;           // its failure class
+  ShrinkResult shrunk;         // when options.shrink (status not ok: not shrunk)
+  int64_t after_cases = 0;     // cases run when it was found (this one included)
+  double after_seconds = 0.0;  // the hunt's time then (shrinks of earlier findings included)
   std::string minimal_id() const;
 };
 

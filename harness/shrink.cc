@@ -240,6 +240,18 @@ ShrinkResult shrink(const Case& c, Backend& backend, const ShrinkOptions& o) {
     progress = false;
     for (const auto& [change, cand] : shrink_candidates(now)) {
       if (!tried.insert(cand.id()).second) continue;
+      // A parameter at its default leaves it only to make the case smaller: one the case does not
+      // use (calls for cache=prefill) stays, and the minimal id says only what matters.
+      const std::string key = change.substr(0, change.find(' '));
+      const cases::OpSchema& schema = cases::find_schema(now.op());
+      const CaseSize was = case_size(now), would = case_size(cand);
+      const bool at_default =
+          std::any_of(schema.params.begin(), schema.params.end(), [&](const ParamSpec& p) {
+            return p.key == key && p.kind == ParamSpec::Kind::kInt &&
+                   now.get(key) == p.default_value;
+          });
+      if (at_default && would.input_bytes >= was.input_bytes && would.tokens >= was.tokens)
+        continue;
       if ((o.max_runs > 0 && res.runs >= o.max_runs) ||
           (o.budget_seconds > 0 && seconds_since(t0) >= o.budget_seconds)) {
         res.complete = false;

@@ -15,6 +15,7 @@ using reports::testing::ScratchDir;
 namespace fs = std::filesystem;
 
 const std::string kCase = "'gdr(layout=packed[1*40,2*30,3*20],HV=8,seed=3)'";
+const std::string kSmall = "'gdr(layout=packed[5,0,7],seed=10)'";  // leaks on the wrong backend
 
 TEST(ShrinkCli, PrintsTheMinimalCaseAndWritesItsFixture) {
   ScratchDir dir("shrink_cli");
@@ -83,7 +84,7 @@ TEST(ShrinkCli, HuntKeepsACorpusThatRunsReplay) {
 TEST(ShrinkCli, ExpectHoldsUntilAPinFlips) {
   ScratchDir dir("expect_cli");
   const std::string pins = (dir.path() / "known.pins").string();
-  const std::string run = deltacheck() + " run --quiet --case " + kCase +
+  const std::string run = deltacheck() + " run --quiet --case " + kSmall +
                           " --case 'gdr(layout=single[9],seed=1)' --backend ";
   const auto w = run_command(run + "wrong:ignore-cu-seqlens --expect-write " + pins);
   ASSERT_EQ(w.code, 0) << w.out;
@@ -108,7 +109,7 @@ TEST(ShrinkCli, ExpectHoldsUntilAPinFlips) {
 TEST(ShrinkCli, ReportDiffExitsOneOnDrift) {
   ScratchDir dir("diff_cli");
   const std::string a = (dir.path() / "a").string(), b = (dir.path() / "b").string();
-  const std::string cases = " --quiet --case " + kCase + " --case 'gdr(layout=single[9],seed=1)'";
+  const std::string cases = " --quiet --case " + kSmall + " --case 'gdr(layout=single[9],seed=1)'";
   ASSERT_EQ(run_command(deltacheck() + " run --backend cpu --report-dir " + a + cases).code, 0);
   // The same cases with another verdict: the report of a leaky kernel renamed cpu is not needed,
   // the diff matches (case, backend), so run the wrong backend and diff against itself first.

@@ -121,6 +121,7 @@ struct HuntArgs {
   std::string corpus;
   std::string shard;
   int64_t max_cases = 0;
+  int64_t max_findings = 0;
   bool no_shrink = false;
   bool no_probes = false;
   std::string shrink_budget = "2m";
@@ -148,6 +149,8 @@ int run_hunt(const HuntArgs& a) {
   o.filter = a.filter;
   o.budget_seconds = parse_duration(a.budget, "--budget");
   o.max_cases = a.max_cases;
+  o.max_findings = a.max_findings;
+  if (a.max_findings < 0) throw UsageError("--max-findings must be >= 0");
   if (a.max_cases < 0) throw UsageError("--max-cases must be >= 0");
   if (!a.shard.empty()) std::tie(o.shard_index, o.shard_count) = parse_hunt_shard(a.shard);
   o.probes = !a.no_probes;
@@ -193,7 +196,8 @@ int run_hunt(const HuntArgs& a) {
   int added = 0;
   for (size_t i = 0; i < h.findings.size(); ++i) {
     const HuntFinding& f = h.findings[i];
-    std::printf("\nfinding %zu: %s\n  found: %s\n", i + 1, f.kind.str().c_str(),
+    std::printf("\nfinding %zu: %s, after %lld cases, %.1f s\n  found: %s\n", i + 1,
+                f.kind.str().c_str(), static_cast<long long>(f.after_cases), f.after_seconds,
                 f.found.case_id.c_str());
     if (f.shrunk.status.ok())
       print_shrink(f.shrunk, backend->name());
@@ -288,6 +292,8 @@ Command add_hunt_command(CLI::App& app) {
   cmd->add_option("--shard", args->shard, "draw shard I of N: draws i % N == I (disjoint)")
       ->type_name("I/N");
   cmd->add_option("--max-cases", args->max_cases, "cases run at most (0: until the budget)");
+  cmd->add_option("--max-findings", args->max_findings,
+                  "stop after this many findings (0: until the budget)");
   cmd->add_option("--shrink-budget", args->shrink_budget, "wall time per shrink")
       ->capture_default_str();
   cmd->add_flag("--no-shrink", args->no_shrink, "report what fails without shrinking it");
