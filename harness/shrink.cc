@@ -52,10 +52,12 @@ std::string layout_text(Layout::Kind kind, const std::vector<int64_t>& lengths) 
 }
 
 // Shorter lengths for one sequence of `l` tokens, smallest first: 1, half, 64 fewer (keeps the
-// tail chunk's length: T % 64 is where the bugs of tail chunks live), one fewer.
+// tail chunk's length: T % 64 is where the bugs of tail chunks live), ..., one fewer.
 std::vector<int64_t> shorter(int64_t l) {
   std::vector<int64_t> out;
-  for (int64_t s : {int64_t{1}, l / 2, l - 64, l - 1})
+  // Then ever smaller cuts (a quarter, an eighth, ...): where only a long sequence fails, the
+  // search takes logarithmically many steps, not one per token.
+  for (int64_t s : {int64_t{1}, l / 2, l - 64, l - l / 4, l - l / 8, l - l / 16, l - l / 32, l - 1})
     if (s >= 1 && s < l && std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
   return out;
 }
@@ -85,7 +87,7 @@ std::vector<std::string> smaller_values(const ParamSpec& p, const std::string& v
     }
     // A flag (a range of a few values) at its default stays: the default is the plain case.
     if (x == def && p.max - p.min <= 8) return out;
-    for (int64_t s : {p.min, def, x / 2, x - 1})
+    for (int64_t s : {p.min, def, x / 2, x - x / 4, x - x / 8, x - 1})
       if (s >= p.min && s < x) add_unique(out, std::to_string(s), v);
   } else if (p.kind == ParamSpec::Kind::kChoice) {
     std::vector<std::pair<int, std::string>> ranked;
