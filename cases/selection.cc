@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "cases/corpus.h"
 #include "cases/id_filter.h"
 #include "cases/suites.h"
 
@@ -19,6 +20,11 @@ SelectedCases select(const SelectionSpec& s) {
   std::vector<Case> all;
   if (!s.ids.empty()) {
     for (const std::string& id : s.ids) all.push_back(Case::parse(id));
+  } else if (s.suite.rfind(kCorpusPrefix, 0) == 0) {  // a hunt's corpus replayed as a suite
+    StatusOr<std::vector<Case>> corpus =
+        read_corpus(s.suite.substr(std::string(kCorpusPrefix).size()));
+    if (!corpus.ok()) throw CaseIdError(corpus.status().message());
+    all = corpus.take();
   } else {
     all = suite(s.suite);
   }

@@ -15,6 +15,8 @@
 //   report.h   console lines, the gate, report.json / junit.xml / summary.md / report.html,
 //              report directories with failure dumps, merging
 //   golden.h   golden fixtures: write, read, judge and drift-check stored cases
+//   shrink.h   the smallest failing case (shrink), hunting for one (hunt), corpora
+//   pins.h     pinned verdicts (run --expect) and report diffs
 //   bench.h    regressions between two deltacheck_bench runs
 //   version.h  DELTACHECK_VERSION_STRING and version()
 #pragma once
@@ -24,7 +26,9 @@
 #include "deltacheck/case.h"
 #include "deltacheck/gdr.h"
 #include "deltacheck/golden.h"
+#include "deltacheck/pins.h"
 #include "deltacheck/report.h"
 #include "deltacheck/result.h"
 #include "deltacheck/runner.h"
+#include "deltacheck/shrink.h"
 #include "deltacheck/version.h"

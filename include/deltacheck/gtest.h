@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -120,10 +121,23 @@ inline void check_case(const Case& c, Backend& backend,
   if (r.verdict == Verdict::kUnsupported || r.verdict == Verdict::kSkipped)
     GTEST_SKIP() << verdict_name(r.verdict) << ": " << r.message;
   const bool only_pass = expected.size() == 1 && expected[0] == Verdict::kPass;
+  // With DELTACHECK_SHRINK set (not "0"), a failing case is shrunk first (within 60 s) and the
+  // message ends with the smallest case that fails the same way (docs/shrinking.md).
+  std::string shrunk;
+  if (const char* env = std::getenv("DELTACHECK_SHRINK");
+      env && *env && std::string(env) != "0" && only_pass && is_failure(r.verdict)) {
+    ShrinkOptions so;
+    so.probes = options.probes;
+    so.budget_seconds = 60;
+    const ShrinkResult s = shrink(c, backend, so);
+    if (s.status.ok())
+      shrunk = "\nshrunk: " + short_id(parse_derived_case(s.minimal.case_id)) + " (" +
+               s.after.str() + "; still " + s.kept.str() + ")\n" + format_result(s.minimal);
+  }
   FAIL() << (only_pass ? std::string()
                        : "expected verdict " + internal::verdict_list(expected) + ", got " +
                              verdict_name(r.verdict) + "\n")
-         << format_result(r);
+         << format_result(r) << shrunk;
 }
 
 namespace internal {

@@ -116,7 +116,18 @@ Command add_run_command(CLI::App& app);
 Command add_list_command(CLI::App& app);
 Command add_golden_command(CLI::App& app);  // golden.cc
 Command add_report_command(CLI::App& app);
-Command add_bench_command(CLI::App& app);  // bench.cc: deltacheck bench compare
+Command add_bench_command(CLI::App& app);   // bench.cc: deltacheck bench compare
+Command add_shrink_command(CLI::App& app);  // shrink.cc: deltacheck shrink
+Command add_hunt_command(CLI::App& app);    // shrink.cc: deltacheck hunt
+// report_diff.cc: `deltacheck report diff`, under the report command add_report_command made.
+Command add_report_diff_command(CLI::App& app);
+
+// "90s", "10m", "1h", "30" (seconds) -> seconds; throws UsageError naming `what`.
+double parse_duration(const std::string& text, const std::string& what);
+// run --shrink: the first failure of each backend shrunk (shrink.cc), within the budget each.
+void shrink_first_failures(const std::vector<CaseResult>& results,
+                           const std::vector<Backend*>& backends, double budget_seconds,
+                           bool probes, int64_t max_memory);
 
 // Registers the backends of optional libraries compiled into this build (LibTorch, CUDA).
 void register_optional_backends();

@@ -23,12 +23,17 @@ int main(int argc, char** argv) {
   deltacheck run --suite gate --shard 0/4 --report-dir shard0 --fail-on fail,leak,error
   deltacheck report merge shard0 shard1 shard2 shard3 -o merged
   deltacheck bench compare old.json new.json --vs-ceiling
+  deltacheck shrink --case 'gdr(layout=packed[1*40,2*30,3*20],HV=8)' --backend wrong:ignore-cu-seqlens
+  deltacheck hunt --backend wrong:ignore-cu-seqlens --budget 30s --seed 1 --corpus found/
+  deltacheck run --suite gate --backend mykernel --expect known.pins
+  deltacheck report diff old-report new-report --factor 5
 exit codes: 0 all pass, 1 a case failed (fail, leak, error; see --fail-on), 2 usage or input error)");
 
   register_optional_backends();
   const std::vector<Command> commands{
-      add_run_command(app),    add_list_command(app),  add_golden_command(app),
-      add_report_command(app), add_bench_command(app),
+      add_run_command(app),    add_list_command(app),        add_golden_command(app),
+      add_report_command(app), add_bench_command(app),       add_shrink_command(app),
+      add_hunt_command(app),   add_report_diff_command(app),
   };
   try {
     app.parse(argc, argv);

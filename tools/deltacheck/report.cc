@@ -145,7 +145,7 @@ Command add_report_command(CLI::App& app) {
   deltacheck run --suite gate --shard 0/2 --report-dir shard0
   deltacheck run --suite gate --shard 1/2 --report-dir shard1
   deltacheck report merge shard0 shard1 -o merged)");
-  return {cmd, [args] { return merge(*args); }};
+  return {m, [args] { return merge(*args); }};  // `report diff` is report_diff.cc's
 }
 
 }  // namespace deltacheck::cli

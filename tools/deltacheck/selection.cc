@@ -31,7 +31,8 @@ IdFilter make_id_filter(const std::string& filter) {
 }
 
 void add_selection_options(CLI::App* app, Selection& s) {
-  app->add_option("--suite,-s", s.suite, "suite: smoke, gate, full")->capture_default_str();
+  app->add_option("--suite,-s", s.suite, "suite: smoke, gate, full, or corpus:DIR (a hunt's finds)")
+      ->capture_default_str();
   // Repeatable options take one value per occurrence (allow_extra_args(false)): a vector option
   // would otherwise take every word up to the next option, a positional FILE included.
   app->add_option("--case", s.case_ids, "exactly this case id (repeatable; overrides --suite)")
