@@ -4,9 +4,10 @@ copied back into deltacheck's buffers, and the gradients of gdr_grad cases taken
 mx.vjp (_grad.py).
 
 The extension hands bf16 as uint16 bit patterns (bf16_bits, as for NumPy, so that the output
-buffers are writable NumPy views); an input is taken by DLPack (no copy for fp32 and integer
-arrays where the framework accepts the buffer) and a bf16 one reinterpreted as bf16 (a bitcast:
-its bits, not a rounding). Outputs: a bf16 result is widened to float32 (exact) and stored back
+buffers are writable NumPy views); JAX takes an input by jnp.from_dlpack (which copies on the CPU
+build tested, jax 0.10.2: a write to the NumPy array after it does not show), MLX copies it into
+an mx.array, and a bf16 one is reinterpreted as bf16 (a
+bitcast: its bits, not a rounding). Outputs: a bf16 result is widened to float32 (exact) and stored back
 as bf16 by the extension (the same bits); any other float result is rounded to the output's
 dtype to nearest even, as on the NumPy route.
 
