@@ -131,3 +131,18 @@ def test_detection():
         _io.detect(both)
     with pytest.raises(ValueError, match="framework must be one of"):
         dc.check(numpy_gdr, case=POOL, framework="tensorflow")
+
+
+def test_the_transformers_convention_on_the_smoke_backward(fw):
+    # Transformers' signature (positional q, k, v; scale inside), through the same vjp
+    kernel = kernels(fw).recurrent_gdr
+
+    def transformers_gdr(q, k, v, g, beta, initial_state=None, output_final_state=False,
+                         use_qk_l2norm_in_kernel=False, cu_seqlens=None):
+        return kernel(q=q, k=k, v=v, g=g, beta=beta, scale=q.shape[-1] ** -0.5,
+                      initial_state=initial_state, output_final_state=output_final_state,
+                      cu_seqlens=cu_seqlens, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+
+    res = dc.check(transformers_gdr, "smoke", filter=r"^gdr_grad\(", convention="transformers",
+                   framework=fw)
+    assert len(res) == 5 and {r.verdict for r in res} == {"pass"}, res.summary()
