@@ -57,6 +57,18 @@ class Call:
         self._dims = None
 
     @property
+    def dtype(self):
+        """The case's dtype ("fp32", "bf16", "fp16"): that of q, k, v, beta and o. The NumPy
+        route hands bf16 widened to float32 (`widened` is then True); a convention passes
+        c.dtype on to a kernel that should compute in it."""
+        return self.params.get("dtype", "fp32")
+
+    @property
+    def widened(self):
+        """Whether the arrays are wider than the case's dtype (bf16 on the NumPy route)."""
+        return self.dtype == "bf16" and getattr(self.io, "name", None) == "numpy"
+
+    @property
     def dims(self):
         if self._dims is None:
             self._dims = Dims(self.inputs)
@@ -87,7 +99,7 @@ class _Timed:
         t0 = time.perf_counter()
         try:
             out = self.fn(*args, **kwargs)
-            self.io.synchronize()
+            self.io.synchronize(out)  # (JAX dispatches asynchronously, MLX is lazy)
             return out
         finally:
             self.seconds += time.perf_counter() - t0
@@ -142,7 +154,7 @@ def make_backend(fn, convention="fla", device="cpu", framework=None, name=None,
                  deterministic=True, profile=None):
     """The extension's backend for `fn` (and the IO route it uses)."""
     conv = _conventions.get(convention)
-    io = make_io(framework, device)
+    io = make_io(framework, device, fn)
 
     def supports(case_id, op=None, params=None):
         op, params = _case_params(case_id, None if op is None else (op, params))
@@ -150,6 +162,9 @@ def make_backend(fn, convention="fla", device="cpu", framework=None, name=None,
         probe.case_id, probe.op, probe.params = case_id, op, params
         if op == "gdr_grad":  # the forward, differentiated (_grad.py)
             return _grad.supports(conv, io, probe)
+        if conv.in_place and not getattr(io, "mutable", True):
+            return (f"the {conv.name} convention has the kernel write into its arrays in place "
+                    f"({conv.in_place}); {io.name} arrays are immutable")
         return conv.supports(probe)
 
     timed = _Timed(fn, io)  # one for all calls: its wrapper metadata is copied once
@@ -329,7 +344,8 @@ def check(fn, suite="smoke", *, filter=None, exclude=None, case=None, seed=None,
     """Runs `fn` on the selected cases (deltacheck.select's arguments) and judges it exactly as
     `deltacheck run` does. `convention` says how a case's tensors become fn's arguments
     (deltacheck.conventions); `device` where torch tensors live ("cpu", "cuda", "cuda:1");
-    `framework` "torch" or "numpy" (default: torch when importable). `deterministic=False` for
+    `framework` "torch", "jax", "mlx" or "numpy" (default: jax or mlx when fn's module uses
+    it, else torch when importable, else numpy; docs/python.md "JAX and MLX"). `deterministic=False` for
     kernels whose bits may vary between identical calls (the repeat probe then tolerates it).
     verbose=True prints each result's row as it comes. `cache_dir` keeps the cases' inputs,
     FP64 expectations and baselines across runs of the same deltacheck build (default: the

@@ -27,9 +27,10 @@ def supports(conv, io, c):
     """None, or why `conv` with tensors of `io` cannot run gdr_grad case `c`."""
     if conv.no_grad:
         return f"the {conv.name} convention has no gradient: {conv.no_grad}"
-    if io.name != "torch":
-        return ("gdr_grad differentiates the callable with torch.autograd; a NumPy callable "
-                "has no gradients (framework='numpy' or torch not importable)")
+    if io.name == "numpy":
+        return ("gdr_grad differentiates the callable with torch.autograd, jax.vjp or mx.vjp; "
+                "a NumPy callable has no gradients (framework='numpy', or none of torch, jax, "
+                "mlx detected)")
     return conv.supports(_forward_view(c))
 
 
@@ -45,6 +46,8 @@ def call(conv, fn, c):
     """Runs gdr_grad call `c`: the forward `fn` through `conv`, then autograd. Returns the
     gradients by output name. `fn` is the timed callable (its .seconds gets the backward's
     time too: the backward is the user's code)."""
+    if c.io.name in ("jax", "mlx"):
+        return _call_functional(conv, fn, c)
     torch = c.io.torch
     f = _forward_view(c)
     leaves = {}
@@ -96,6 +99,55 @@ def call(conv, fn, c):
     out_name = dict(GRADIENTS)
     return {out_name[n]: (g if g is not None else torch.zeros_like(x))
             for (n, x), g in zip(leaves.items(), grads)}
+
+
+def _call_functional(conv, fn, c):
+    """gdr_grad call `c` on the JAX or MLX route: the forward through `conv` as a function of
+    q, k, v, g, beta (and initial_state), differentiated by jax.vjp / mx.vjp (c.io.vjp) with do
+    (and dht) as cotangents. An input the forward does not use gets the framework's zero
+    gradient. The whole vjp (forward and backward) is the user's time."""
+    io = c.io
+    f = _forward_view(c)
+    names = [n for n, _ in GRADIENTS if n in c.inputs]
+    rest = {n: x for n, x in c.inputs.items() if n not in _UPSTREAM and n not in names}
+    dht = c.inputs.get("dht")
+    wanted = ["o"] + (["final_state"] if dht is not None else [])
+    upstream = [c.inputs["do"]] + ([dht] if dht is not None else [])
+    f.outputs = {n: None for n in wanted}
+
+    def forward(*xs):
+        f.inputs = {**rest, **dict(zip(names, xs))}
+        returned = conv.call(fn, f)
+        if not isinstance(returned, dict):
+            raise ValueError(f"convention {conv.name!r} returned {type(returned).__name__}, "
+                             "not a dict of outputs")
+        outs = []
+        for name, grad in zip(wanted, upstream):
+            value = returned.get(name)
+            if value is None:
+                raise ValueError(f"the callable returned no {name} (a gdr_grad case "
+                                 f"differentiates {', '.join(wanted)})")
+            if not io.is_array(value):
+                raise ValueError(f"{name} is a {type(value).__module__}."
+                                 f"{type(value).__name__}, not a {io.name} array: gdr_grad "
+                                 f"differentiates the forward with {io.name}'s vjp, which "
+                                 "cannot see through arrays of another library")
+            if tuple(value.shape) != tuple(grad.shape):
+                raise ValueError(f"output {name}: shape {tuple(value.shape)} returned, "
+                                 f"{tuple(grad.shape)} expected")
+            outs.append(value)
+        return tuple(outs)
+
+    seconds = getattr(fn, "seconds", 0.0)
+    t0 = time.perf_counter()
+    try:
+        grads = io.vjp(forward, [c.inputs[n] for n in names], upstream)
+        io.synchronize(tuple(grads))
+    finally:
+        if hasattr(fn, "seconds"):  # the forward's own time is inside this span
+            fn.seconds = seconds + time.perf_counter() - t0
+    out_name = dict(GRADIENTS)
+    return {out_name[n]: g for n, g in zip(names, grads)}
 
 
 def _live_tokens(c):

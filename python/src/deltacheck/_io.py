@@ -1,11 +1,13 @@
 """How a call's tensors reach the user's callable and come back: torch tensors (zero-copy DLPack
-views of deltacheck's buffers on the CPU, copied to the device otherwise) or NumPy arrays.
+views of deltacheck's buffers on the CPU, copied to the device otherwise), JAX or MLX arrays
+(_frameworks.py: the case's dtypes, bf16 as bf16) or NumPy arrays.
 
 Outputs the callable allocates itself cannot be poisoned by deltacheck; with torch they are made
 detectable by running the callable with deterministic algorithms on and
 torch.utils.deterministic.fill_uninitialized_memory (torch.empty is then NaN-filled, so an
 element the kernel never writes comes back NaN, which fails the case)."""
 import contextlib
+import types
 import warnings
 
 import numpy as np
@@ -72,7 +74,7 @@ class TorchIO:
     def stack(self, xs):
         return self.torch.stack(list(xs))
 
-    def synchronize(self):
+    def synchronize(self, out=None):
         if self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
 
@@ -141,7 +143,7 @@ class NumpyIO:
     def stack(self, xs):
         return np.stack(list(xs))
 
-    def synchronize(self):
+    def synchronize(self, out=None):
         pass
 
     @contextlib.contextmanager
@@ -149,10 +151,20 @@ class NumpyIO:
         yield
 
 
-def make_io(framework, device):
-    """The torch route when torch is importable (or asked for), else NumPy."""
-    if framework not in (None, "torch", "numpy"):
-        raise ValueError(f"framework must be 'torch' or 'numpy', not {framework!r}")
+FRAMEWORKS = ("torch", "jax", "mlx", "numpy")
+
+
+def make_io(framework, device, fn=None):
+    """The IO route: `framework` when given; else the one `fn` is written with (detect(): its
+    module uses jax or mlx), else torch when importable, else NumPy."""
+    if framework not in (None,) + FRAMEWORKS:
+        raise ValueError(f"framework must be one of {', '.join(map(repr, FRAMEWORKS))}, "
+                         f"not {framework!r}")
+    if framework is None and fn is not None:
+        framework = detect(fn)
+    if framework in ("jax", "mlx"):
+        from . import _frameworks
+        return _frameworks.make(framework, device)
     torch = torch_or_none() if framework != "numpy" else None
     if framework == "torch" and torch is None:
         raise ImportError("framework='torch' but torch is not importable")
@@ -161,3 +173,52 @@ def make_io(framework, device):
             raise ValueError(f"device={device!r} needs torch; the NumPy route runs on the CPU")
         return NumpyIO()
     return TorchIO(torch, device)
+
+
+def _globals_of(fn):
+    """The global namespaces of the functions behind `fn` (functools.partial, wrappers'
+    __wrapped__ such as jax.jit's, bound methods, callable objects), as far as they go."""
+    seen, spaces = set(), []
+    todo = [fn]
+    while todo and len(seen) < 16:
+        f = todo.pop()
+        if f is None or id(f) in seen:
+            continue
+        seen.add(id(f))
+        g = getattr(f, "__globals__", None)
+        if isinstance(g, dict):
+            spaces.append(g)
+        todo += [getattr(f, "func", None), getattr(f, "__wrapped__", None),
+                 getattr(f, "__func__", None)]
+        call = getattr(type(f), "__call__", None)
+        if call is not None and not isinstance(f, type) and getattr(call, "__globals__", None):
+            todo.append(call)
+    return spaces
+
+
+def detect(fn):
+    """"jax" or "mlx" when the module `fn` is defined in uses that framework (a global bound
+    to one of its modules or functions, e.g. `import jax.numpy as jnp`, `import mlx.core as mx`,
+    `from jax import lax`) and no other of torch, jax, mlx; a jax.jit-wrapped function is JAX's.
+    None otherwise (the old rule: torch when importable, else NumPy). More than one: a
+    ValueError asking for framework=."""
+    kind = type(fn).__module__.split(".")[0]
+    if kind in ("jax", "jaxlib"):
+        return "jax"
+    found = set()
+    for space in _globals_of(fn):
+        for value in list(space.values()):
+            try:
+                name = (value.__name__ if isinstance(value, types.ModuleType)
+                        else getattr(value, "__module__", None))
+            except Exception:  # an object whose attribute lookup raises: not a framework's
+                continue
+            root = name.split(".")[0] if isinstance(name, str) else ""
+            if root in ("torch", "jax", "jaxlib", "mlx"):
+                found.add("jax" if root == "jaxlib" else root)
+    if len(found) > 1:
+        raise ValueError(f"{getattr(fn, '__name__', fn)!r} is defined next to "
+                         f"{' and '.join(sorted(found))}: say which arrays it takes with "
+                         f"framework={'|'.join(repr(f) for f in sorted(found))}")
+    found.discard("torch")  # torch alone: the old rule (torch when importable) gives torch
+    return found.pop() if found else None

@@ -30,14 +30,16 @@ class Unsupported(Exception):
 class Convention:
     """`no_grad`: None when the forward it calls can be differentiated (gdr_grad cases run it
     under torch.autograd, docs/python.md "Gradients"), else the reason it cannot (gdr_grad cases
-    are then unsupported with it)."""
+    are then unsupported with it). `in_place`: None, or what the kernel writes into its arrays
+    in place (the route of immutable arrays, JAX and MLX, then declines the convention)."""
 
-    def __init__(self, name, call, supports=None, doc="", no_grad=None):
+    def __init__(self, name, call, supports=None, doc="", no_grad=None, in_place=None):
         self.name = name
         self.call = call
         self._supports = supports
         self.doc = doc
         self.no_grad = no_grad
+        self.in_place = in_place
 
     def supports(self, c):
         return self._supports(c) if self._supports else None
@@ -49,11 +51,12 @@ class Convention:
 _REGISTRY = {}
 
 
-def convention(name, supports=None, no_grad=None):
+def convention(name, supports=None, no_grad=None, in_place=None):
     """Decorator: registers `call(fn, c)` as convention `name`. `no_grad="why"` declares that
-    its forward has no gradient (gdr_grad cases: unsupported, with that reason)."""
+    its forward has no gradient (gdr_grad cases: unsupported, with that reason); `in_place=
+    "what"` that the kernel writes into the arrays it is handed (not for JAX or MLX arrays)."""
     def register(call):
-        conv = Convention(name, call, supports, inspect.getdoc(call) or "", no_grad)
+        conv = Convention(name, call, supports, inspect.getdoc(call) or "", no_grad, in_place)
         _REGISTRY[name] = conv
         return conv
     return register
@@ -188,7 +191,8 @@ def _vllm_supports(c):
 @convention("vllm", supports=_vllm_supports,
             no_grad="it writes the final states into the slot pool in place "
                     "(inplace_final_state=True), which autograd cannot take dht back through; "
-                    "vLLM's fused_recurrent_gated_delta_rule is inference-only")
+                    "vLLM's fused_recurrent_gated_delta_rule is inference-only",
+            in_place="the final states, into the slot pool")
 def vllm(fn, c):
     """vLLM-style slot pool (vllm's fused_recurrent_gated_delta_rule):
     fn(q=, k=, v=, g=, beta=, scale=, initial_state=POOL, inplace_final_state=True, cu_seqlens=,

@@ -34,8 +34,9 @@ def pytest_addoption(parser):
                 help="how a case becomes a call: fla (default), transformers, vllm, or "
                      "MODULE:NAME of a deltacheck.Convention")
     g.addoption("--deltacheck-device", default="cpu", help="cpu (default), cuda, cuda:1, ...")
-    g.addoption("--deltacheck-framework", choices=["torch", "numpy"], default=None,
-                help="torch tensors (default when torch is importable) or NumPy arrays")
+    g.addoption("--deltacheck-framework", choices=["torch", "jax", "mlx", "numpy"], default=None,
+                help="torch tensors (default when torch is importable), JAX or MLX arrays (default "
+                     "when the kernel's module uses jax or mlx) or NumPy arrays")
     g.addoption("--deltacheck-profile", default=None, metavar="CHOICES",
                 help="the callable's precision profile, e.g. chunk=128,cumsum=independent "
                      "(tf32, chunk=N, cumsum=independent, l2norm=act, operands=fp32)")
