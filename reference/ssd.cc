@@ -67,6 +67,7 @@ std::string describe(const SsdArithmetic& how) {
   if (how.operands != Rounding::kNone)
     s += std::string(", ") + rounding_name(how.operands) + " operands";
   if (how.form == SsdForm::kChunked) s += ", chunk " + std::to_string(how.chunk_size);
+  if (how.softplus_log_exp) s += ", softplus log(exp(x) + 1)";
   return s;
 }
 

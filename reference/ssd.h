@@ -75,6 +75,9 @@ struct SsdArithmetic {
   Rounding operands = Rounding::kNone;
   Rounding output = Rounding::kNone;  // y as the kernel stores it (the activation dtype)
   int64_t chunk_size = 256;
+  // The softplus as log(exp(x) + 1) (vLLM's Triton 3 softplus, in its SSD and
+  // selective_state_update kernels); log1p(exp(x)) otherwise (mamba_ssm, older Triton).
+  bool softplus_log_exp = false;
 };
 
 std::string describe(const SsdArithmetic& how);  // e.g. "ssd chunked fp32, bf16 operands"
@@ -88,10 +91,12 @@ SsdResult ssd_chunked(const SsdArgs& args, const SsdArithmetic& how);    // ssd_
 
 namespace ssd_detail {
 // ssd_step in compute type T (the baselines discretize in fp32, as the kernels do).
+// log_exp: softplus as log(exp(x) + 1), whose 1 + exp(x) rounds away the digits of a small step
+// (vLLM's Triton 3 kernels); else log1p(exp(x)).
 template <typename T>
-T step(const SsdArgs& a, double dt_raw, int64_t head) {
+T step(const SsdArgs& a, double dt_raw, int64_t head, bool log_exp = false) {
   T v = static_cast<T>(dt_raw) + (a.dt_bias ? static_cast<T>(a.dt_bias[head]) : T(0));
-  if (a.dt_softplus) v = std::log1p(std::exp(v));
+  if (a.dt_softplus) v = log_exp ? std::log(std::exp(v) + T(1)) : std::log1p(std::exp(v));
   if (v < static_cast<T>(a.dt_min)) v = static_cast<T>(a.dt_min);
   if (v > static_cast<T>(a.dt_max)) v = static_cast<T>(a.dt_max);
   return v;

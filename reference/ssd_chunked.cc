@@ -30,7 +30,7 @@ SsdResult chunked(const SsdArgs& a, const SsdArithmetic& how) {
       T run = T(0);
       for (int64_t i = 0; i < len; ++i) {
         const int64_t tok = L.row * a.seq_len + c0 + i;
-        dt[i] = ssd_detail::step<T>(a, a.dt[tok * H + L.head], L.head);
+        dt[i] = ssd_detail::step<T>(a, a.dt[tok * H + L.head], L.head, how.softplus_log_exp);
         run += dt[i] * A;
         cs[i] = run;
         for (int64_t n = 0; n < N; ++n) {

@@ -10,14 +10,14 @@ namespace deltacheck::reference {
 namespace {
 
 template <typename T>
-SsdResult recurrent(const SsdArgs& a, Rounding output) {
+SsdResult recurrent(const SsdArgs& a, Rounding output, bool log_exp) {
   const int64_t H = a.num_heads, P = a.head_dim, G = a.num_groups, N = a.state_dim;
   return ssd_detail::for_each_lane<T>(
       a, [&](const ssd_detail::Lane& L, int64_t g, std::vector<T>& S, SsdResult& r) {
         const T A = static_cast<T>(a.A[L.head]);
         for (int64_t t = L.begin; t < L.begin + L.length; ++t) {
           const int64_t tok = L.row * a.seq_len + t;
-          const T dt = ssd_detail::step<T>(a, a.dt[tok * H + L.head], L.head);
+          const T dt = ssd_detail::step<T>(a, a.dt[tok * H + L.head], L.head, log_exp);
           const T decay = std::exp(dt * A);
           const double* b = a.Bm + (tok * G + g) * N;
           const double* c = a.Cm + (tok * G + g) * N;
@@ -39,7 +39,8 @@ SsdResult recurrent(const SsdArgs& a, Rounding output) {
 }  // namespace
 
 SsdResult ssd_recurrent(const SsdArgs& a, const SsdArithmetic& how) {
-  return how.fp32 ? recurrent<float>(a, how.output) : recurrent<double>(a, how.output);
+  return how.fp32 ? recurrent<float>(a, how.output, how.softplus_log_exp)
+                  : recurrent<double>(a, how.output, how.softplus_log_exp);
 }
 
 }  // namespace deltacheck::reference
