@@ -99,8 +99,9 @@ void chunked_lane(const SsdParams& p, const Lane& L) {
     }
     gemm(Q, P, N, c.data(), N, st.data(), P, y.data(), P, chunk_gemm::kAccumulate);
     const float last = cs[Q - 1];
+    for (int64_t j = 0; j < Q; ++j) raw[j] = std::exp(last - cs[j]) * dt[j];  // B's scale
     for (int64_t n = 0; n < N; ++n)
-      for (int64_t j = 0; j < Q; ++j) bt[n * Q + j] *= std::exp(last - cs[j]) * dt[j];
+      for (int64_t j = 0; j < Q; ++j) bt[n * Q + j] *= raw[j];
     gemm(N, P, Q, bt.data(), Q, x.data(), P, st.data(), P, {true, std::exp(last)});
     for (int64_t i = 0; i < Q; ++i)
       finish_row(p, L.head, ((tok0 + i) * H + L.head) * P, x.data() + i * P, y.data() + i * P,
