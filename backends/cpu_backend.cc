@@ -1,6 +1,7 @@
 // Backend "cpu": the project's chunked CPU kernels.
 #include "backends/backends.h"
 #include "backends/mask_builders.h"
+#include "backends/ssd_backends.h"
 #include "kernels/cpu/gated_delta_rule.h"
 #include "ops/gdr/problem.h"
 
@@ -14,7 +15,8 @@ class CpuBackend : public Backend {
     return "chunked CPU kernels (fp32 accumulation, chunk 64, threaded over sequence x head)";
   }
   Support supports(const cases::Case& c) const override {
-    if (c.op() == "gdr" || c.op() == "gdr_grad" || c.op() == "layer" || c.op() == "layer_grad")
+    if (c.op() == "gdr" || c.op() == "gdr_grad" || c.op() == "layer" || c.op() == "layer_grad" ||
+        c.op() == "ssd")
       return Support::Yes();
     if (is_mask_case(c)) return Support::Yes();  // kernels/cpu/mask_builder
     return Support::No("cpu backend has no kernel for op '" + c.op() + "'");
@@ -24,6 +26,7 @@ class CpuBackend : public Backend {
     if (c.op() == "layer") return run_cpu_layer_case(c, in, out);
     if (c.op() == "gdr_grad") return run_cpu_gdr_grad_case(c, in, out);
     if (c.op() == "layer_grad") return run_cpu_layer_grad_case(c, in, out);
+    if (c.op() == "ssd") return run_cpu_ssd_case(c, in, out);
     return run_cpu_gdr_case(c, in, out);
   }
 };

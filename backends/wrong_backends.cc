@@ -16,6 +16,7 @@
 
 #include "backends/backends.h"
 #include "backends/mask_builders.h"
+#include "backends/ssd_backends.h"
 #include "kernels/cpu/gated_delta_rule.h"
 #include "ops/gdr/problem.h"
 
@@ -208,6 +209,7 @@ std::vector<std::unique_ptr<Backend>> make_wrong_backends() {
   for (auto& b : make_wrong_layer_grad_backends()) v.push_back(std::move(b));
   // The layer's serving state (wrong_layer_serving_backends.cc).
   for (auto& b : make_wrong_layer_serving_backends()) v.push_back(std::move(b));
+  for (auto& b : make_wrong_ssd_backends()) v.push_back(std::move(b));  // Mamba2 SSD
   return v;
 }
 

@@ -9,6 +9,7 @@
 #include "ops/layer_grad/params.h"
 #include "ops/mask/params.h"
 #include "ops/serve/params.h"
+#include "ops/ssd/params.h"
 
 namespace deltacheck::ops {
 
@@ -22,6 +23,7 @@ const std::vector<RegisteredOp>& registry() {
       {mask::layers_definition(), &mask::operation()},
       {mask::segments_definition(), &mask::operation()},
       {serve::definition(), &serve::operation()},
+      {ssd::definition(), &ssd::operation()},
   };
   return ops;
 }

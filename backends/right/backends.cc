@@ -16,6 +16,7 @@
 #include "backends/backends.h"
 
 #include "backends/right/panel.h"
+#include "backends/ssd_backends.h"
 
 namespace deltacheck::backends {
 namespace {
@@ -75,6 +76,7 @@ std::vector<std::unique_ptr<Backend>> make_right_backends() {
       "right:chunked-l2act",
       "right:chunked with the q/k L2 norm in the activation dtype (declares l2norm=act)",
       Formulation::kChunkedNormAct, "l2norm=act"));
+  for (auto& b : make_right_ssd_backends()) v.push_back(std::move(b));  // right:ssd-*
   return v;
 }
 

@@ -43,9 +43,11 @@ enum class Part {
   kGradCp,
   kRegime,
   kLayerServing,
-  kLayerTypes
+  kLayerTypes,
+  kSsd
 };
 Part part_of(const Case& c) {
+  if (c.op() == "ssd") return Part::kSsd;  // Mamba2 SSD (seeds 39000..)
   if (c.op() == "gdr" && c.has("regime")) return Part::kRegime;
   // The layer's serving state (ops/layer/serving.cc: pools, verify, one-token calls; seeds 5200..).
   if (c.op() == "layer" && c.seed() >= 5200 && c.seed() < 5300) return Part::kLayerServing;
@@ -147,6 +149,12 @@ TEST_P(GeneratorBits, SmokeSuiteLayerServingInputsAsPinned) {
 TEST_P(GeneratorBits, SmokeSuiteLayerTypeInputsAsPinned) {
   EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kLayerTypes)), "ddfb4cd99032ebaa");
   EXPECT_EQ(hex(suite_inputs_hash("smoke", true, Part::kLayerTypes)), "ddfb4cd99032ebaa");
+}
+
+// The Mamba2 SSD op's inputs (x, dt, B, C, z, A, dt_bias, D, states), pinned on their own.
+TEST_P(GeneratorBits, SmokeSuiteSsdInputsAsPinned) {
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", false, Part::kSsd)), "174481af42364fc6");
+  EXPECT_EQ(hex(suite_inputs_hash("smoke", true, Part::kSsd)), "986402e8334ad0c8");
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, GeneratorBits, testing::Values(false, true),

@@ -274,7 +274,8 @@ TEST(RightBackends, ListedAsThePanelAndDecliningMaskOps) {
     }
   EXPECT_EQ(panel, (std::vector<std::string>{"right:recurrent", "right:chunked",
                                              "right:chunked-lowp", "right:chunked-cumsum",
-                                             "right:chunked128", "right:chunked-l2act"}));
+                                             "right:chunked128", "right:chunked-l2act",
+                                             "right:ssd-recurrent", "right:ssd-chunked"}));
   auto b = make_backend("right:chunked");
   for (const Case& c : cases::suite("smoke")) {
     const Support s = b->supports(c);

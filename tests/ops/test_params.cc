@@ -142,7 +142,7 @@ TEST(OpsRegistry, EachOperationOnce) {
     EXPECT_EQ(find(r.definition.schema.op).value(), &r);
   }
   EXPECT_EQ(names, (std::set<std::string>{"gdr", "gdr_grad", "layer", "layer_grad", "mask",
-                                          "layers", "segments", "serve"}));
+                                          "layers", "segments", "serve", "ssd"}));
   for (const Case& c : cases::suite("smoke"))
     EXPECT_EQ(&operation_for(c), find(c.op()).value()->operation) << c.id();
   const deltacheck::StatusOr<const RegisteredOp*> nope = find("nope");
