@@ -441,9 +441,14 @@ TensorReport measure_tolerant(const PreparedCase& pc, Compared& c, const Metrics
   // fp16's ceiling (their floors stay fp32's, the storage dtype's).
   const cases::DType computed = spec.precision.value_or(spec.dtype);
   const bool tf32 = pc.precision.matmul == MatmulPrecision::kTF32 && computed == cases::DType::kF32;
-  tr.threshold =
-      threshold(tf32 ? cases::DType::kF16 : computed, tr.baseline.rel_rms, tr.baseline.max_abs,
-                tr.metrics.ref_max_abs, spec.ceiling_factor, spec.dtype);
+  // autodiff=act: a state rounded to the activation dtype at every token, and every gradient
+  // with it, puts a correct backward's errors at 1-2.3x the dtype's ceiling (docs/tolerance.md,
+  // "autodiff=act"): a declared one gets four times that ceiling, as layer_grad's eight rounding
+  // stages do.
+  const double ceiling =
+      pc.precision.autodiff_act ? std::max(spec.ceiling_factor, 4.0) : spec.ceiling_factor;
+  tr.threshold = threshold(tf32 ? cases::DType::kF16 : computed, tr.baseline.rel_rms,
+                           tr.baseline.max_abs, tr.metrics.ref_max_abs, ceiling, spec.dtype);
   tr.ok = within(tr.threshold, tr.metrics.rel_rms, tr.metrics.max_abs, tr.metrics.non_finite);
   tr.bias = bias_of(tr.metrics, 0, numel);
   tr.ok = tr.ok && !tr.bias.biased;
@@ -693,14 +698,19 @@ int64_t first_bad_sequence(const CaseResult& r) {
 }
 
 // The part of profile `p` that changes the baselines of pc's case: TF32 only on fp32
-// activations, the L2 norm's dtype and fp32 operands only on bf16 / fp16 ones.
+// activations, the L2 norm's dtype, fp32 operands and autodiff=act only on bf16 / fp16 ones
+// (autodiff=act on backward ops only).
 PrecisionProfile relevant_profile(PrecisionProfile p, const PreparedCase& pc) {
   if (has_fp32_activations(pc)) {
     p.l2norm_act = false;
     p.operands_fp32 = false;
+    p.autodiff_act = false;
   } else {
     p.matmul = MatmulPrecision::kDefault;
   }
+  // autodiff=act changes the gradients' baselines only (gdr_grad, layer_grad: the *_grad ops).
+  const std::string& op = pc.c.op();
+  if (op.size() < 5 || op.compare(op.size() - 5, 5, "_grad") != 0) p.autodiff_act = false;
   return p;
 }
 
@@ -713,12 +723,15 @@ struct Undeclared {
   double max_margin;
 };
 
+constexpr double kAutodiffHintMargin = 100.0;
+
 std::vector<Undeclared> undeclared_choices(const PrecisionProfile& declared) {
   std::vector<Undeclared> out;
-  PrecisionProfile tf32, chunk, norm;
+  PrecisionProfile tf32, chunk, norm, autodiff;
   tf32.matmul = MatmulPrecision::kTF32;
   chunk.chunk = 128;
   norm.l2norm_act = true;
+  autodiff.autodiff_act = true;
   if (declared.matmul == MatmulPrecision::kDefault)
     out.push_back({tf32,
                    "the errors are of TF32 size: the kernel likely runs fp32 matmuls in TF32 "
@@ -734,6 +747,13 @@ std::vector<Undeclared> undeclared_choices(const PrecisionProfile& declared) {
                    "the errors are of l2norm=act size: declare --profile l2norm=act if the "
                    "kernel computes the q/k L2 norm in the activation dtype",
                    10.0});
+  // An activation-dtype state rounded at every token: its gradients are up to some 30x the
+  // fp32-state baselines' on the gate's cases (docs/tolerance.md, "autodiff=act").
+  if (!declared.autodiff_act)
+    out.push_back({autodiff,
+                   "the errors are of autodiff=act size: declare --profile autodiff=act if the "
+                   "gradients come from autodiff through a graph in the activation dtype",
+                   kAutodiffHintMargin});
   return out;
 }
 

@@ -24,6 +24,7 @@ std::string profile_name(const PrecisionProfile& p) {
   if (p.independent_cumsum) add("cumsum=independent");
   if (p.l2norm_act) add("l2norm=act");
   if (p.operands_fp32) add("operands=fp32");
+  if (p.autodiff_act) add("autodiff=act");
   return s.empty() ? "fp32" : s;
 }
 
@@ -58,8 +59,11 @@ PrecisionProfile profile_from_name(const std::string& text) {
       p.l2norm_act = value == "act";
     } else if (part == "operands=fp32" || part == "operands=act") {
       p.operands_fp32 = value == "fp32";
+    } else if (part == "autodiff=act" || part == "autodiff=fp32") {
+      p.autodiff_act = value == "act";
     } else {
-      bad("choices are tf32, chunk=N, cumsum=independent, l2norm=act, operands=fp32");
+      bad("choices are tf32, chunk=N, cumsum=independent, l2norm=act, operands=fp32, "
+          "autodiff=act");
     }
   }
   return p;
@@ -72,6 +76,7 @@ PrecisionProfile merged(PrecisionProfile p, const PrecisionProfile& extra) {
   p.independent_cumsum = p.independent_cumsum || extra.independent_cumsum;
   p.l2norm_act = p.l2norm_act || extra.l2norm_act;
   p.operands_fp32 = p.operands_fp32 || extra.operands_fp32;
+  p.autodiff_act = p.autodiff_act || extra.autodiff_act;
   return p;
 }
 
@@ -88,7 +93,7 @@ Rounding activation_rounding(cases::DType dtype) {
 bool same(const reference::Arithmetic& a, const reference::Arithmetic& b) {
   return a.form == b.form && a.fp32 == b.fp32 && a.operands == b.operands && a.stored == b.stored &&
          a.output == b.output && a.chunk_size == b.chunk_size && a.exact_cumsum == b.exact_cumsum &&
-         a.qk_norm == b.qk_norm;
+         a.qk_norm == b.qk_norm && a.graph == b.graph;
 }
 
 // Each of `base` computed with the profile's loosening choices (chunk size, independent prefix
@@ -179,7 +184,16 @@ std::vector<reference::Arithmetic> grad_baselines(cases::DType dtype,
     chunked_lowp.operands = lowp.operands;
     out.push_back(chunked_lowp);
   }
-  return with_profile(std::move(out), profile, act, /*forward=*/false);
+  out = with_profile(std::move(out), profile, act, /*forward=*/false);
+  // autodiff=act: the recurrence and its reverse-mode derivative with every tensor of the graph
+  // in the activation dtype (docs/tolerance.md, "autodiff=act"); in fp32 it is the fp32 graph,
+  // which the recurrent baseline already is.
+  if (profile.autodiff_act && act != Rounding::kNone) {
+    reference::Arithmetic graph = plain;
+    graph.graph = act;
+    out.push_back(graph);
+  }
+  return out;
 }
 
 void round_to(std::vector<double>& v, cases::DType dtype) {

@@ -24,7 +24,8 @@ MatmulPrecision matmul_precision_from_name(const std::string& s);  // throws std
 // loosening choice adds the default baselines computed that way (the kernel is judged against
 // the worst of both); operands=fp32 removes the activation-dtype-operands baselines (a recurrent
 // kernel that keeps its state and matmul operands in fp32 is judged as one). Written as
-// comma-separated choices: "tf32,chunk=128,cumsum=independent,l2norm=act,operands=fp32".
+// comma-separated choices: "tf32,chunk=128,cumsum=independent,l2norm=act,operands=fp32,
+// autodiff=act".
 struct PrecisionProfile {
   static constexpr int64_t kDefaultChunk = 64;
   // A matmul precision alone is the profile of that one choice (the TF32 declaration before
@@ -35,11 +36,15 @@ struct PrecisionProfile {
   bool independent_cumsum = false;  // cumsum=independent: each prefix sum rounded from an exact sum
   bool l2norm_act = false;          // l2norm=act: the q/k L2 norm in the activation dtype
   bool operands_fp32 = false;       // operands=fp32: no activation-dtype matmul operands
+  // autodiff=act: backward ops, bf16 / fp16 cases: gradients by autodiff through a graph whose
+  // every tensor is of the activation dtype (a model in bf16 end to end under torch.autograd)
+  bool autodiff_act = false;
 
   bool is_default() const { return *this == PrecisionProfile{}; }
   bool operator==(const PrecisionProfile& o) const {
     return matmul == o.matmul && chunk == o.chunk && independent_cumsum == o.independent_cumsum &&
-           l2norm_act == o.l2norm_act && operands_fp32 == o.operands_fp32;
+           l2norm_act == o.l2norm_act && operands_fp32 == o.operands_fp32 &&
+           autodiff_act == o.autodiff_act;
   }
   bool operator!=(const PrecisionProfile& o) const { return !(*this == o); }
 };
@@ -69,7 +74,8 @@ std::vector<reference::Arithmetic> rule_baselines(cases::DType dtype,
 // cumulative gates' gradient), and for bf16 / fp16 activations (or a TF32 declaration) both
 // with matmul operands in that format (the chunked one also keeping its UT matrix, w, u, v_new,
 // states and state gradients in it). A profile's chunk=N adds the chunked forms at that chunk;
-// operands=fp32 removes the activation-dtype-operands forms.
+// operands=fp32 removes the activation-dtype-operands forms; autodiff=act (bf16 / fp16) adds the
+// recurrent backward as autodiff computes it through an activation-dtype graph.
 std::vector<reference::Arithmetic> grad_baselines(cases::DType dtype,
                                                   const PrecisionProfile& profile);
 

@@ -10,6 +10,7 @@
 
 #include "core/parallel_for.h"
 #include "core/simd.h"
+#include "reference/gated_delta_rule_autodiff.h"
 
 namespace deltacheck::reference {
 namespace {
@@ -404,10 +405,13 @@ std::string describe(const Arithmetic& how) {
     s += ", chunk " + std::to_string(how.chunk_size);
   if (how.qk_norm != Rounding::kNone)
     s += std::string(", ") + rounding_name(how.qk_norm) + " l2norm";
+  if (how.graph != Rounding::kNone)
+    s += std::string(", autodiff through a ") + rounding_name(how.graph) + " graph";
   return s;
 }
 
 GatedDeltaRuleResult gated_delta_rule(const GatedDeltaRuleArgs& a, const Arithmetic& how) {
+  if (how.graph != Rounding::kNone) return gated_delta_rule_autodiff(a, how.graph);
   if (how.form == Formulation::kRecurrent)
     return how.fp32 ? recurrent<float>(a, how.output, how.qk_norm)
                     : recurrent<double>(a, how.output, how.qk_norm);

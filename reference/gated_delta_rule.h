@@ -86,6 +86,11 @@ struct Arithmetic {
   // inverse norm and the normalized values each rounded to it, as a model computing the norm
   // on its bf16 activations does; Transformers 4.57); kNone: in the compute type.
   Rounding qk_norm = Rounding::kNone;
+  // Autodiff through an activation-dtype graph (the profile autodiff=act): every tensor of the
+  // recurrent forward and of its reverse-mode derivative stored in this format, each op computed
+  // in fp32 (reference/gated_delta_rule_autodiff.h). Recurrent form only; the fields above other
+  // than `form` do not apply to it.
+  Rounding graph = Rounding::kNone;
 };
 
 std::string describe(const Arithmetic& how);  // e.g. "chunked fp32, bf16 operands, chunk 128"

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "core/parallel_for.h"
+#include "reference/gated_delta_rule_autodiff.h"
 
 namespace deltacheck::reference {
 namespace {
@@ -356,13 +357,7 @@ GatedDeltaRuleGradients backward(const GatedDeltaRuleArgs& a, const double* d_ou
   const R scale = R(a.scale.has_value() ? *a.scale : 1.0 / std::sqrt(static_cast<double>(K)));
   const bool l2 = a.use_qk_l2norm;
 
-  GatedDeltaRuleGradients r;
-  r.dq.assign(static_cast<size_t>(B * T * H * K), 0.0);
-  r.dk.assign(r.dq.size(), 0.0);
-  r.dv.assign(static_cast<size_t>(B * T * HV * V), 0.0);
-  r.dg.assign(static_cast<size_t>(B * T * HV), 0.0);
-  r.dbeta.assign(r.dg.size(), 0.0);
-  r.dh0.assign(static_cast<size_t>(N * HV * KV), 0.0);
+  GatedDeltaRuleGradients r = zero_gradients(a);
   // One lane per (sequence, key head): the value heads of its group run one after another and
   // sum their gradients w.r.t. the scaled, normalized q and the normalized k (dq_hat, dk_hat, in
   // head order), which then go through the norm once. The padding tail keeps its zeros.
@@ -529,6 +524,8 @@ GatedDeltaRuleGradients gated_delta_rule_backward(const GatedDeltaRuleArgs& a,
                                                   const double* d_output,
                                                   const double* d_final_state,
                                                   const Arithmetic& how) {
+  if (how.graph != Rounding::kNone)
+    return gated_delta_rule_backward_autodiff(a, d_output, d_final_state, how.graph);
   if (how.form == Formulation::kChunked) {
     if (how.chunk_size < 1) throw std::invalid_argument("chunk_size must be >= 1");
   }

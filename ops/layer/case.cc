@@ -159,6 +159,30 @@ void fill_qkv(const GenOptions& o, const Params& d, Tensor& t) {
   }
 }
 
+// A pool's conv rows are past inputs too: under a regime each row's columns get the q/k channel
+// norms (and correlated keys) the initial conv states get, from streams of the row (pools belong
+// to no sequence: not salted), then are rounded to the activation dtype again. regime=rand keeps
+// the pool as generate_serving made it, bit for bit.
+void place_conv_pool(const Params& d, Tensor& pool) {
+  if (d.regime == Regime::kRand) return;
+  const int64_t rows = pool.shape()[0], cols = pool.shape()[2], qk = 2 * d.H * d.K;
+  std::vector<double> row(static_cast<size_t>(qk));
+  Tensor tmp("x", d.dtype, {1});
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::string of = "conv_state_pool/" + std::to_string(r);
+    const Placement at{d, Stream(d.seed, of + "/norm"), Stream(d.seed, of + "/corr")};
+    const int64_t base = r * d.D * cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      for (int64_t ch = 0; ch < qk; ++ch) row[ch] = pool.get(base + ch * cols + j);
+      at.place(row.data(), static_cast<uint64_t>(j));
+      for (int64_t ch = 0; ch < qk; ++ch) {
+        tmp.set(0, static_cast<float>(row[ch]));
+        pool.set(base + ch * cols + j, tmp.get(0));
+      }
+    }
+  }
+}
+
 TensorMap generate_layer(const Case& c, const GenOptions& o) {
   const Params d = decode(c);
   TensorMap m;
@@ -194,8 +218,11 @@ TensorMap generate_layer(const Case& c, const GenOptions& o) {
     Tensor& t = m.add(Tensor("cu_seqlens", DType::kI64, {static_cast<int64_t>(cu.size())}));
     for (size_t i = 0; i < cu.size(); ++i) t.as<int64_t>()[i] = cu[i];
   }
-  if (d.serving()) generate_serving(d, m);  // the pools (ops/layer/serving.h)
-  if (d.pooled()) return m;                 // the states in are in them
+  if (d.serving()) {
+    generate_serving(d, m);  // the pools (ops/layer/serving.h)
+    place_conv_pool(d, m.at("conv_state_pool"));
+  }
+  if (d.pooled()) return m;  // the states in are in them
   if (d.states() && d.state != State::kNone) {
     Tensor& s0 = m.add(Tensor("initial_state", DType::kF32, {d.N, d.HV, d.K, d.V}));
     Tensor& c0 = m.add(Tensor("initial_conv_state", DType::kF32, {d.N, d.D, d.W - 1}));
@@ -346,6 +373,9 @@ void regime_suite(SuiteBuilder& b, Tier t) {
            {"H", "1"},
            {"HV", "2"},
            {"dtype", dt}});
+  // A regime on the pools' conv rows too (place_conv_pool).
+  add({{"layout", "packed[5,70,1]"}, {"regime", "tinyqk"}, {"cache", "pool"}, {"dtype", "bf16"}});
+  add({{"layout", "packed[5,70,1]"}, {"regime", "corrk"}, {"cache", "pool"}, {"dtype", "bf16"}});
 }
 
 void suites(SuiteBuilder& b, Tier t) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "reference/gated_delta_rule_autodiff.h"
 #include "reference/gated_delta_rule_backward.h"
 #include "tests/reference/complex_step.h"
 #include "tests/splitmix64.h"
@@ -447,6 +448,48 @@ TEST(GatedDeltaRuleBackward, SplitAcrossTwoCallsEqualsOneShot) {
     const Disagreement d = compare(split, one_shot);
     EXPECT_LT(d.worst, 1e-12) << "cut at " << cut << ", worst tensor " << d.tensor;
   }
+}
+
+// The autodiff=act baseline (reference/gated_delta_rule_autodiff.h): its graph in fp32 (no
+// rounding to an activation dtype) is the rule and its derivative, so it agrees with the FP64
+// oracle to fp32's reach on every spec, forward and backward, tail and zero-length sequences
+// included; a wrong term in its reverse pass (planted, e.g. the norm's x * x path dropped) does
+// not.
+TEST_P(BackwardCrossCheck, AutodiffGraphInFp32IsTheOracleToFp32) {
+  const Problem p(GetParam());
+  const double* dht = p.sp.dht ? p.d_ht.data() : nullptr;
+  const Disagreement d =
+      compare(gated_delta_rule_backward_autodiff(p.args(), p.d_out.data(), dht, Rounding::kNone),
+              p.backward());
+  EXPECT_LT(d.worst, 2e-5) << "worst tensor " << d.tensor;
+  if (!p.sp.cu.empty() && p.sp.cu.back() < p.sp.T) return;  // the forward has no tail
+  const GatedDeltaRuleResult f = gated_delta_rule_autodiff(p.args(), Rounding::kNone);
+  const GatedDeltaRuleResult ref = gated_delta_rule(p.args());
+  Disagreement fd;
+  fd.add("o", f.output, ref.output);
+  fd.add("final_state", f.final_state, ref.final_state);
+  EXPECT_LT(fd.worst, 2e-6) << fd.tensor;
+}
+
+// In bf16 the graph's state is rounded at every token: its gradients err several times more
+// than the default bf16 baselines' (fp32 state, bf16 operands), and stay a baseline (not noise).
+TEST(AutodiffGraphBaseline, Bf16ErrsMoreThanTheFp32StateBaselines) {
+  const Problem p(kSpecs[8]);  // crosses_block: 75 tokens
+  const double* dht = p.sp.dht ? p.d_ht.data() : nullptr;
+  const GatedDeltaRuleGradients ref = p.backward();
+  Arithmetic graph, operands;
+  graph.fp32 = operands.fp32 = true;
+  graph.graph = Rounding::kBF16;
+  operands.operands = Rounding::kBF16;
+  const Disagreement dg =
+      compare(gated_delta_rule_backward(p.args(), p.d_out.data(), dht, graph), ref);
+  const Disagreement dop =
+      compare(gated_delta_rule_backward(p.args(), p.d_out.data(), dht, operands), ref);
+  std::printf("[ measured ] bf16 graph: %.2e (%s); bf16 operands: %.2e (%s)\n", dg.worst,
+              dg.tensor.c_str(), dop.worst, dop.tensor.c_str());
+  EXPECT_GT(dg.worst, 2 * dop.worst);
+  EXPECT_LT(dg.worst, 0.2);
+  EXPECT_NE(describe(graph).find("autodiff through a bf16 graph"), std::string::npos);
 }
 
 TEST(GatedDeltaRuleBackward, RejectsBadInput) {

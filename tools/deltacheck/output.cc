@@ -323,7 +323,8 @@ void add_backend_options(CLI::App* app, BackendSelection& b) {
            }
          },
          "external, torch-op: the candidate's precision profile, the formulation choices it "
-         "makes, comma-separated: tf32, chunk=N, cumsum=independent, l2norm=act, operands=fp32 "
+         "makes, comma-separated: tf32, chunk=N, cumsum=independent, l2norm=act, operands=fp32, "
+         "autodiff=act "
          "(judged against that profile's baselines, printed with every result; "
          "docs/tolerance.md), e.g. --profile chunk=128,cumsum=independent")
       ->type_name("CHOICES");

@@ -357,7 +357,7 @@ def check(fn, suite="smoke", *, filter=None, exclude=None, case=None, seed=None,
     (default 120): a crash, an exit or a hang is that case's error and the run goes on.
     `profile` declares fn's precision profile, the formulation choices it makes, e.g.
     "chunk=128,cumsum=independent" (tf32, chunk=N, cumsum=independent, l2norm=act,
-    operands=fp32; docs/tolerance.md): judged against that profile's baselines, shown in every
+    operands=fp32, autodiff=act; docs/tolerance.md): judged against that profile's baselines, shown in every
     row; a bad one is a ValueError naming the bad choice."""
     isolate, timeout = isolation(isolate, timeout, device)
     ids = select(suite, filter, exclude, case, seed, shard)

@@ -39,7 +39,8 @@ def pytest_addoption(parser):
                      "when the kernel's module uses jax or mlx) or NumPy arrays")
     g.addoption("--deltacheck-profile", default=None, metavar="CHOICES",
                 help="the callable's precision profile, e.g. chunk=128,cumsum=independent "
-                     "(tf32, chunk=N, cumsum=independent, l2norm=act, operands=fp32)")
+                     "(tf32, chunk=N, cumsum=independent, l2norm=act, operands=fp32, "
+                     "autodiff=act)")
     g.addoption("--deltacheck-no-probes", action="store_true",
                 help="skip the oracle-free leakage probes")
     g.addoption("--deltacheck-cache-dir", default=None, metavar="DIR",
