@@ -132,6 +132,13 @@ TEST(FalsePositivePanel, EveryWrongBackendIsStillCaught) {
       EXPECT_EQ(caught, 0) << b->name() << " is caught on smoke now: it should not be, up to 16K";
       continue;
     }
+    // wrong:ssd-no-gate and wrong:ssd-no-dt-limit differ from the cpu kernel only with z=1 or
+    // dt_limit=on, which smoke has not; gate's such cases fail them
+    // (tests/ssd/test_ssd_verdicts.cc).
+    if (b->name() == "wrong:ssd-no-gate" || b->name() == "wrong:ssd-no-dt-limit") {
+      EXPECT_EQ(caught, 0) << b->name() << " is caught on smoke now: pin it as the others";
+      continue;
+    }
     EXPECT_GT(caught, 0) << b->name() << " passes every smoke case it runs";
   }
 }
@@ -185,7 +192,7 @@ class StateNotReset : public Backend {
 
 TEST(FalsePositivePanel, AStateNotResetBugPlantedInEachIsALeak) {
   for (const BackendInfo& info : list_backends()) {
-    if (!info.deliberately_correct) continue;
+    if (!info.deliberately_correct || !implements(info.name, "gdr")) continue;
     StateNotReset planted(make_backend(info.name));
     auto right = make_backend(info.name);
     int leaks = 0;
