@@ -362,8 +362,23 @@ Status FixtureWriter::commit(bool durable) {
       mine.st_dev != there.st_dev || mine.st_ino != there.st_ino)
     return invalid("the temporary file " + impl_->temp +
                    " was removed or replaced while it was written");
-  if (Status st = impl_->dir.rename(impl_->temp_name, impl_->name); !st.ok())
-    return invalid("cannot rename the temporary file into place: " + st.message());
+  // The check above and the rename are two steps: a candidate can still move the file away
+  // between them (the rename finds nothing) or put its link under the temporary name (the rename
+  // moves that link into place). So the name is checked again after the rename: only this
+  // writer's file counts as written, and a link it moved there is taken away again.
+  const Status renamed = impl_->dir.rename(impl_->temp_name, impl_->name);
+  struct stat placed {};
+  const bool ours =
+      ::fstatat(impl_->dir.fd(), impl_->name.c_str(), &placed, AT_SYMLINK_NOFOLLOW) == 0 &&
+      placed.st_dev == mine.st_dev && placed.st_ino == mine.st_ino;
+  if (!ours) {
+    if (renamed.ok() && S_ISLNK(placed.st_mode))
+      ::unlinkat(impl_->dir.fd(), impl_->name.c_str(), 0);
+    return invalid("the temporary file " + impl_->temp +
+                   " was removed or replaced while it was written");
+  }
+  if (!renamed.ok())
+    return invalid("cannot rename the temporary file into place: " + renamed.message());
   impl_->committed = true;
   impl_->temp.clear();
   impl_->temp_name.clear();
